@@ -1,0 +1,3 @@
+module github.com/unitlease/unitlease
+
+go 1.26
