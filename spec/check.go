@@ -84,8 +84,8 @@ type graph struct {
 	lease     Lease
 	states    []State
 	index     map[uint64]int32 // by key(state)
-	parent    []int32 // breadth-first tree; -1 for Init
-	via       []uint8 // the action that reached the state from its parent
+	parent    []int32          // breadth-first tree; -1 for Init
+	via       []uint8          // the action that reached the state from its parent
 	edgeStart []int32
 	edgeTo    []int32
 	edgeAct   []uint8
