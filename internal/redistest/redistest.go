@@ -1,0 +1,191 @@
+// Package redistest starts a real redis-server on a free loopback port in a
+// temporary directory for tests, and stops it when the test ends.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Options shape the server.
+type Options struct {
+	// AppendOnly turns on the AOF with appendfsync always.
+	AppendOnly bool
+	// TLS, when set, serves only TLS with these files (PEM).
+	TLS *TLSFiles
+	// Config lines appended to the generated redis.conf.
+	Config []string
+}
+
+// TLSFiles are the server's certificate, key and the CA that signs clients.
+type TLSFiles struct {
+	Cert, Key, CA string
+	// RequireClientCert makes the server refuse clients without a
+	// certificate signed by CA.
+	RequireClientCert bool
+}
+
+// Server is one running redis-server.
+type Server struct {
+	Port int
+	Dir  string
+	opts Options
+	cmd  *exec.Cmd
+	t    testing.TB
+}
+
+// Start runs redis-server and waits until it answers PING. The server is
+// stopped at the end of the test.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redistest: redis-server is not installed (apt-get install redis-server): %v", err)
+	}
+	s := &Server{Dir: t.TempDir(), opts: opts, t: t, Port: FreePort(t)}
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Addr is host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
+
+// URL is a redis:// (or rediss://) URL for database 0.
+func (s *Server) URL() string {
+	scheme := "redis"
+	if s.opts.TLS != nil {
+		scheme = "rediss"
+	}
+	return scheme + "://" + s.Addr() + "/0"
+}
+
+func (s *Server) config() string {
+	lines := []string{
+		"bind 127.0.0.1",
+		"protected-mode yes",
+		"dir " + s.Dir,
+		"logfile " + filepath.Join(s.Dir, "redis.log"),
+		`save ""`,
+		"daemonize no",
+	}
+	if s.opts.AppendOnly {
+		lines = append(lines, "appendonly yes", "appendfsync always")
+	} else {
+		lines = append(lines, "appendonly no")
+	}
+	if tls := s.opts.TLS; tls != nil {
+		auth := "optional"
+		if tls.RequireClientCert {
+			auth = "yes"
+		}
+		lines = append(lines, "port 0", "tls-port "+strconv.Itoa(s.Port),
+			"tls-cert-file "+tls.Cert, "tls-key-file "+tls.Key,
+			"tls-ca-cert-file "+tls.CA, "tls-auth-clients "+auth)
+	} else {
+		lines = append(lines, "port "+strconv.Itoa(s.Port))
+	}
+	return strings.Join(append(lines, s.opts.Config...), "\n") + "\n"
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	conf := filepath.Join(s.Dir, "redis.conf")
+	if err := os.WriteFile(conf, []byte(s.config()), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	s.cmd = exec.Command("redis-server", conf)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("redistest: start redis-server: %v", err)
+	}
+	if err := s.waitUp(10 * time.Second); err != nil {
+		s.Stop()
+		s.t.Fatalf("redistest: %v\n%s", err, s.Log())
+	}
+}
+
+// waitUp polls until the server answers PING (not LOADING); this is the
+// harness waiting for a child process, not a test's synchronisation.
+func (s *Server) waitUp(limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for {
+		out, err := exec.CommandContext(ctx, "redis-cli", append(s.cliArgs(), "PING")...).CombinedOutput()
+		if err == nil && strings.TrimSpace(string(out)) == "PONG" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis-server on %s not up after %v: %s %v", s.Addr(), limit, out, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) cliArgs() []string {
+	args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.Port)}
+	if tls := s.opts.TLS; tls != nil {
+		args = append(args, "--tls", "--cacert", tls.CA, "--cert", tls.Cert, "--key", tls.Key)
+	}
+	return args
+}
+
+// Stop ends the server (SIGKILL: a crash, not a clean shutdown, so nothing
+// but the AOF survives) and waits for it.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart crashes the server and starts it again on the same port and
+// directory.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Log returns the server's log file.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	return string(b)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Command runs one command on the server with redis-cli and returns its
+// reply, for test setup that must not go through the code under test.
+func (s *Server) Command(args ...string) string {
+	s.t.Helper()
+	out, err := exec.Command("redis-cli", append(s.cliArgs(), args...)...).CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
+	}
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return strings.Join(lines, "\n")
+}

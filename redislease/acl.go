@@ -1,0 +1,13 @@
+package redislease
+
+// ACL returns a redis.conf `user` line granting exactly what unitlease
+// needs under prefix: read and write its lease keys (only through the
+// scripts, in practice), publish and subscribe on its events channels, list
+// its keys for `status`, and read the persistence settings for `check`.
+// The password is stored as given; in production use ACL SETUSER with a
+// #<sha256> hash instead (see the README).
+func ACL(user, password, prefix string) string {
+	return "user " + user + " on >" + password + " resetchannels ~" + prefix + "* &" + prefix + "events:* " +
+		"-@all +get +set +mget +scan +publish +psubscribe +punsubscribe +evalsha +eval +script|load " +
+		"+ping +config|get +info"
+}

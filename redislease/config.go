@@ -1,0 +1,147 @@
+package redislease
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config says how to reach Redis and how this node writes its records.
+type Config struct {
+	// URL is redis://[user@]host:port/db or rediss:// for TLS. A password
+	// in the URL is refused: use PasswordFile.
+	URL string
+	// Username for Redis ACLs; overrides one in the URL.
+	Username string
+	// PasswordFile holds the password (one line). It must not be readable
+	// by group or others.
+	PasswordFile string
+	// CAFile verifies the server (rediss://); empty means the system roots.
+	CAFile string
+	// CertFile and KeyFile are an optional client certificate.
+	CertFile, KeyFile string
+	// KeyPrefix starts every key and channel, e.g. "unitlease:".
+	KeyPrefix string
+	// Node is this node's name, the holder in the records it writes.
+	Node string
+	// ReplyMax bounds every request, connecting included.
+	ReplyMax time.Duration
+	// LeaseSpan is written into records and sets the keys' TTL.
+	LeaseSpan time.Duration
+	// PoolSize is the number of connections; 0 means 16, plenty for a
+	// thousand leases renewed every few seconds.
+	PoolSize int
+}
+
+// ErrConfig reports a configuration the store cannot use.
+var ErrConfig = errors.New("redislease: bad configuration")
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+}
+
+// options turns the configuration into go-redis options.
+func (c Config) options() (*redis.Options, error) {
+	if err := ValidNode(c.Node); err != nil {
+		return nil, configErr("node: %v", err)
+	}
+	if c.ReplyMax <= 0 || c.LeaseSpan <= 0 {
+		return nil, configErr("reply_max %v and lease_span %v must be positive", c.ReplyMax, c.LeaseSpan)
+	}
+	opt, err := redis.ParseURL(c.URL)
+	if err != nil {
+		return nil, configErr("url: %v", redactURLError(err, c.URL))
+	}
+	if opt.Password != "" {
+		return nil, configErr("url: a password in the URL would show wherever the URL is printed; put it in password_file")
+	}
+	if c.Username != "" {
+		opt.Username = c.Username
+	}
+	if c.PasswordFile != "" {
+		if opt.Password, err = readSecret(c.PasswordFile); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.tls(opt); err != nil {
+		return nil, err
+	}
+	opt.Protocol = 2 // no HELLO: one command fewer for the ACL to allow
+	opt.DisableIdentity = true
+	opt.MaxRetries = -1 // a retried write could apply twice: never retry
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = c.ReplyMax, c.ReplyMax, c.ReplyMax
+	opt.ContextTimeoutEnabled = true
+	opt.PoolSize = c.PoolSize
+	if opt.PoolSize == 0 {
+		opt.PoolSize = 16
+	}
+	opt.PoolTimeout = c.ReplyMax
+	return opt, nil
+}
+
+func redactURLError(err error, url string) string {
+	msg := err.Error()
+	if i := strings.Index(url, "@"); i >= 0 {
+		msg = strings.ReplaceAll(msg, url[:i], "<credentials>")
+	}
+	return msg
+}
+
+// readSecret reads a password file, refusing one that group or others can
+// read.
+func readSecret(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", configErr("password_file: %v", err)
+	}
+	if perm := st.Mode().Perm(); perm&0o044 != 0 {
+		return "", configErr("password_file %s: mode %04o lets group or others read it; chmod 0600 %s", path, perm, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", configErr("password_file: %v", err)
+	}
+	pw := strings.TrimRight(string(b), "\r\n")
+	if pw == "" || strings.ContainsAny(pw, "\r\n") {
+		return "", configErr("password_file %s: want the password on one line", path)
+	}
+	return pw, nil
+}
+
+func (c Config) tls(opt *redis.Options) error {
+	if opt.TLSConfig == nil {
+		if c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" {
+			return configErr("ca_file, cert_file and key_file need a rediss:// url")
+		}
+		return nil
+	}
+	opt.TLSConfig.MinVersion = tls.VersionTLS12
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return configErr("ca_file: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return configErr("ca_file %s: no PEM certificate in it", c.CAFile)
+		}
+		opt.TLSConfig.RootCAs = pool
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return configErr("cert_file and key_file go together")
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return configErr("client certificate: %v", err)
+		}
+		opt.TLSConfig.Certificates = []tls.Certificate{cert}
+	}
+	return nil
+}

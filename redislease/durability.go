@@ -1,0 +1,72 @@
+package redislease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Durability is what Redis promises about acknowledged writes (DESIGN.md
+// rule 7: none may be lost, or a restart can hand the lease to a second
+// holder while the first still runs).
+type Durability struct {
+	AppendOnly        string `json:"appendonly"`
+	AppendFsync       string `json:"appendfsync"`
+	Role              string `json:"role"`
+	ConnectedReplicas int    `json:"connected_replicas"`
+	// CanLoseAcked is true when a crash or failover can lose a write Redis
+	// has acknowledged, or when that could not be determined.
+	CanLoseAcked bool `json:"can_lose_acknowledged_writes"`
+	// Findings explain CanLoseAcked, one sentence each.
+	Findings []string `json:"findings"`
+}
+
+// Durability asks Redis how it persists and replicates. Needs CONFIG GET and
+// INFO; if the ACL refuses them, the report says it could not tell.
+func (s *Store) Durability(ctx context.Context) Durability {
+	d := Durability{CanLoseAcked: true}
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	cfg, err := s.rdb.ConfigGet(ctx, "append*").Result()
+	if err != nil {
+		d.Findings = append(d.Findings, fmt.Sprintf("could not read the persistence settings (CONFIG GET: %v); assume acknowledged writes can be lost", err))
+		return d
+	}
+	d.AppendOnly, d.AppendFsync = cfg["appendonly"], cfg["appendfsync"]
+	if info, err := s.rdb.Info(ctx, "replication").Result(); err == nil {
+		d.Role, d.ConnectedReplicas = parseReplication(info)
+	}
+	d.CanLoseAcked = false
+	lose := func(f string) { d.CanLoseAcked = true; d.Findings = append(d.Findings, f) }
+	switch {
+	case d.AppendOnly != "yes":
+		lose("appendonly is " + d.AppendOnly + ": a restart loses every write since the last snapshot, and a lost lease key lets a standby start after one lease span while the old holder may still run; set appendonly yes and appendfsync always")
+	case d.AppendFsync != "always":
+		lose("appendfsync is " + d.AppendFsync + ": a crash can lose up to a second of acknowledged writes; set appendfsync always")
+	}
+	switch {
+	case d.Role == "slave" || d.Role == "replica":
+		lose("this is a replica: lease writes will fail; point url at the primary")
+	case d.ConnectedReplicas > 0:
+		lose(fmt.Sprintf("%d replicas are attached and replication is asynchronous: a failover can lose acknowledged writes; rely on the primary's appendfsync always and do not fail over automatically", d.ConnectedReplicas))
+	}
+	if !d.CanLoseAcked {
+		d.Findings = append(d.Findings, "appendonly yes, appendfsync always, no replicas: an acknowledged write survives a crash")
+	}
+	return d
+}
+
+func parseReplication(info string) (role string, replicas int) {
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case !ok:
+		case k == "role":
+			role = v
+		case k == "connected_slaves":
+			replicas, _ = strconv.Atoi(v)
+		}
+	}
+	return role, replicas
+}

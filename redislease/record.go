@@ -1,0 +1,151 @@
+package redislease
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// States of a record.
+const (
+	StateHeld     = "held"
+	StateReleased = "released"
+)
+
+// Record is the value of a lease key: JSON written only by this package's
+// Lua scripts, with its fields in this order.
+type Record struct {
+	// Holder is the node that acquired (and, if released, released) it.
+	Holder string `json:"holder"`
+	// Version rises by one with every successful write.
+	Version uint64 `json:"version"`
+	// Token is fresh for every acquisition; only its holder knows it, so
+	// only it can renew or release.
+	Token string `json:"token"`
+	// State is StateHeld or StateReleased.
+	State string `json:"state"`
+	// LeaseSpanMS is the holder's lease span in milliseconds, so a standby
+	// configured with a shorter one can wait the longer of the two.
+	LeaseSpanMS uint64 `json:"lease_span_ms"`
+}
+
+// Held reports whether the record is held (not released).
+func (r Record) Held() bool { return r.State == StateHeld }
+
+// ErrGarbage reports a value in a lease key that is not a record this
+// package wrote. It is never overwritten, except by Store.Overwrite.
+var ErrGarbage = errors.New("redislease: not a lease record")
+
+// GarbageError says which key held what, and why it is not a record.
+type GarbageError struct {
+	Key    string
+	Value  []byte
+	Reason string
+}
+
+func (e *GarbageError) Error() string {
+	v := e.Value
+	if len(v) > 120 {
+		v = v[:120]
+	}
+	return fmt.Sprintf("redislease: key %s: %s (value %s)", e.Key, e.Reason, strconv.Quote(string(v)))
+}
+
+func (e *GarbageError) Unwrap() error { return ErrGarbage }
+
+const (
+	maxNodeLen   = 253 // a hostname
+	tokenLen     = 32  // 16 random bytes in hex
+	maxRecordLen = 1024
+)
+
+// ValidNode checks a node name: 1 to 253 letters, digits, '.', '_' or '-',
+// starting with a letter or digit. Names this plain need no escaping in
+// JSON, so the Lua scripts and Encode write the same bytes.
+func ValidNode(name string) error {
+	if name == "" || len(name) > maxNodeLen {
+		return fmt.Errorf("node name %q must be 1 to %d characters", name, maxNodeLen)
+	}
+	for i, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			i > 0 && (c == '.' || c == '_' || c == '-')
+		if !ok {
+			return fmt.Errorf("node name %q: character %q at %d is not a letter, digit, '.', '_' or '-'", name, c, i)
+		}
+	}
+	return nil
+}
+
+func validToken(t string) bool {
+	if len(t) != tokenLen {
+		return false
+	}
+	for _, c := range t {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Decode parses a lease record strictly: every field present with the right
+// type, a version of at least 1, a known state, nothing else. key is only
+// for the error.
+func Decode(key string, raw []byte) (Record, error) {
+	bad := func(format string, args ...any) (Record, error) {
+		return Record{}, &GarbageError{Key: key, Value: raw, Reason: fmt.Sprintf(format, args...)}
+	}
+	if len(raw) > maxRecordLen {
+		return bad("%d bytes, more than a record's %d", len(raw), maxRecordLen)
+	}
+	if !utf8.Valid(raw) {
+		return bad("not UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var f struct {
+		Holder      *string      `json:"holder"`
+		Version     json.RawMessage `json:"version"`
+		Token       *string      `json:"token"`
+		State       *string      `json:"state"`
+		LeaseSpanMS json.RawMessage `json:"lease_span_ms"`
+	}
+	if err := dec.Decode(&f); err != nil {
+		return bad("not a lease record: %v", err)
+	}
+	if dec.More() {
+		return bad("trailing data after the record")
+	}
+	if f.Holder == nil || f.Version == nil || f.Token == nil || f.State == nil || f.LeaseSpanMS == nil {
+		return bad("a field is missing (want holder, version, token, state, lease_span_ms)")
+	}
+	r := Record{Holder: *f.Holder, Token: *f.Token, State: *f.State}
+	var err error
+	// Parsing the raw JSON text refuses strings, fractions, exponents and
+	// signs alike.
+	if r.Version, err = strconv.ParseUint(string(f.Version), 10, 53); err != nil || r.Version == 0 {
+		return bad("version %s is not an integer in 1..2^53", f.Version)
+	}
+	if r.LeaseSpanMS, err = strconv.ParseUint(string(f.LeaseSpanMS), 10, 53); err != nil {
+		return bad("lease_span_ms %s is not a non-negative integer", f.LeaseSpanMS)
+	}
+	switch {
+	case ValidNode(r.Holder) != nil:
+		return bad("holder: %v", ValidNode(r.Holder))
+	case !validToken(r.Token):
+		return bad("token is not %d lowercase hex digits", tokenLen)
+	case r.State != StateHeld && r.State != StateReleased:
+		return bad("state %q is neither %q nor %q", r.State, StateHeld, StateReleased)
+	}
+	return r, nil
+}
+
+// Encode writes r as the scripts do. Tests and the operator's overwrite use
+// it; the scripts build the same bytes in Lua.
+func Encode(r Record) []byte {
+	b, _ := json.Marshal(r)
+	return b
+}

@@ -1,0 +1,413 @@
+package redislease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/redistest"
+)
+
+var bg = context.Background()
+
+func newStore(t testing.TB, srv *redistest.Server, node string, mod ...func(*Config)) *Store {
+	t.Helper()
+	cfg := Config{URL: srv.URL(), KeyPrefix: "unitlease:", Node: node, ReplyMax: 2 * time.Second, LeaseSpan: 37 * time.Second}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func mustObserve(t testing.TB, s *Store, name string) Observation {
+	t.Helper()
+	o, err := s.Observe(bg, name)
+	if err != nil {
+		t.Fatalf("observe %s: %v", name, err)
+	}
+	return o
+}
+
+func mustAcquire(t testing.TB, s *Store, name string) Lease {
+	t.Helper()
+	l, err := s.Acquire(bg, mustObserve(t, s, name))
+	if err != nil {
+		t.Fatalf("acquire %s: %v", name, err)
+	}
+	return l
+}
+
+func TestAcquireRenewRelease(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
+
+	seen := mustObserve(t, a, "vpn")
+	if !seen.Absent {
+		t.Fatalf("fresh key observed as %q", seen.Raw)
+	}
+	l, err := a.Acquire(bg, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Record.Holder != "node-a" || l.Record.Version != 1 || !l.Record.Held() || l.Record.LeaseSpanMS != 37000 {
+		t.Fatalf("acquired %+v", l.Record)
+	}
+	if got := srv.Command("GET", "unitlease:lease:vpn"); got != string(Encode(l.Record)) {
+		t.Fatalf("stored %s, Encode gives %s", got, Encode(l.Record))
+	}
+	if ttl := srv.Command("PTTL", "unitlease:lease:vpn"); ttl < "8" || len(ttl) != 8 {
+		t.Fatalf("PTTL %s, want about a day (86400000 ms)", ttl)
+	}
+
+	// A second acquire from the same observation loses the compare-and-set.
+	var conflict *ConflictError
+	if _, err := b.Acquire(bg, seen); !errors.As(err, &conflict) || conflict.Current.Record != l.Record {
+		t.Fatalf("acquire over a stale absence: %v", err)
+	}
+
+	l2, err := a.Renew(bg, l)
+	if err != nil || l2.Record.Version != 2 || l2.Record.Token != l.Record.Token {
+		t.Fatalf("renew: %+v %v", l2, err)
+	}
+	// Renewing the old version again is a loss: the version moved on.
+	var lost *LostError
+	if _, err := a.renew(bg, l); !errors.As(err, &lost) || lost.Current.Version != 2 {
+		t.Fatalf("renew of a stale version: %v", err)
+	}
+
+	rel, err := a.Release(bg, l2)
+	if err != nil || rel.State != StateReleased || rel.Version != 3 || rel.Holder != "node-a" {
+		t.Fatalf("release: %+v %v", rel, err)
+	}
+	if _, err := a.Renew(bg, l2); !errors.As(err, &lost) {
+		t.Fatalf("renew after release: %v", err)
+	}
+	if _, err := a.Release(bg, l2); !errors.Is(err, ErrLost) {
+		t.Fatalf("second release: %v", err)
+	}
+
+	// A standby acquires over a released record at once.
+	lb, err := b.Acquire(bg, mustObserve(t, b, "vpn"))
+	if err != nil || lb.Record.Holder != "node-b" || lb.Record.Version != 4 {
+		t.Fatalf("acquire over released: %+v %v", lb, err)
+	}
+	if lb.Record.Token == l.Record.Token {
+		t.Fatal("token reused")
+	}
+}
+
+func TestRenewAfterAnotherAcquired(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
+	la := mustAcquire(t, a, "db")
+	// Say the key was lost and b took it over properly.
+	srv.Command("DEL", "unitlease:lease:db")
+	lb := mustAcquire(t, b, "db")
+	_, err := a.Renew(bg, la)
+	var lost *LostError
+	if !errors.As(err, &lost) || lost.Current.Holder != "node-b" || lost.Current.Version != lb.Record.Version {
+		t.Fatalf("renew after b acquired: %v", err)
+	}
+	if !strings.Contains(err.Error(), "held by node-b at version") {
+		t.Fatalf("error does not say who holds it: %v", err)
+	}
+}
+
+// A renewal whose reply was lost committed; the next renewal must not read
+// that as a loss.
+func TestRenewAfterUnansweredCommit(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := newStore(t, srv, "node-a")
+	l := mustAcquire(t, a, "db")
+	if _, err := a.Renew(bg, l); err != nil { // its reply "never arrived"
+		t.Fatal(err)
+	}
+	next, err := a.Renew(bg, l)
+	if err != nil || next.Record.Version != 3 {
+		t.Fatalf("renew from a version behind our own commit: %+v %v", next, err)
+	}
+}
+
+func TestRenewMissingAndRestartWithoutPersistence(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := newStore(t, srv, "node-a")
+	l := mustAcquire(t, a, "vpn")
+	srv.Restart()
+	if _, err := a.Renew(bg, l); !errors.Is(err, ErrMissing) {
+		t.Fatalf("renew after a restart without persistence: %v", err)
+	}
+	if _, err := a.Release(bg, l); !errors.Is(err, ErrMissing) {
+		t.Fatalf("release of a missing key: %v", err)
+	}
+	if o := mustObserve(t, a, "vpn"); !o.Absent {
+		t.Fatalf("observed %q", o.Raw)
+	}
+	// Acquiring again continues above every version this node has seen,
+	// so nobody sees the version go backwards.
+	b := mustAcquire(t, a, "vpn")
+	if b.Record.Version != 2 {
+		t.Fatalf("version after data loss: %d, want 2", b.Record.Version)
+	}
+}
+
+func TestRestartWithAppendOnly(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
+	a := newStore(t, srv, "node-a")
+	l, err := a.Renew(bg, mustAcquire(t, a, "vpn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart() // SIGKILL: only the fsynced AOF survives
+	o := mustObserve(t, a, "vpn")
+	if o.Record != l.Record {
+		t.Fatalf("after restart: %+v, want %+v", o.Record, l.Record)
+	}
+	if _, err := a.Renew(bg, l); err != nil {
+		t.Fatalf("renew after restart: %v", err)
+	}
+	if d := a.Durability(bg); d.CanLoseAcked {
+		t.Fatalf("appendfsync always reported as lossy: %+v", d)
+	}
+}
+
+func TestDurabilityWithoutAOF(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	d := newStore(t, srv, "node-a").Durability(bg)
+	if !d.CanLoseAcked || d.AppendOnly != "no" || d.Role != "master" || !strings.Contains(strings.Join(d.Findings, " "), "appendonly is no") {
+		t.Fatalf("%+v", d)
+	}
+	srv.Command("CONFIG", "SET", "appendonly", "yes")
+	srv.Command("CONFIG", "SET", "appendfsync", "everysec")
+	d = newStore(t, srv, "node-a").Durability(bg)
+	if !d.CanLoseAcked || !strings.Contains(strings.Join(d.Findings, " "), "appendfsync is everysec") {
+		t.Fatalf("%+v", d)
+	}
+}
+
+func TestGarbageIsReportedNotOverwritten(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := newStore(t, srv, "node-a")
+	for _, junk := range []string{
+		"hello",
+		`{"holder":"node-b","version":"7","token":"00000000000000000000000000000000","state":"held","lease_span_ms":1}`,
+		`{"holder":"node-b","version":7.5,"token":"00000000000000000000000000000000","state":"held","lease_span_ms":1}`,
+		`{"holder":"node-b","version":7,"token":"00000000000000000000000000000000","state":"gone","lease_span_ms":1}`,
+	} {
+		srv.Command("SET", "unitlease:lease:junk", junk)
+		o, err := a.Observe(bg, "junk")
+		var g *GarbageError
+		if !errors.As(err, &g) || g.Key != "unitlease:lease:junk" || !strings.Contains(err.Error(), "unitlease:lease:junk") {
+			t.Fatalf("observe %q: %v", junk, err)
+		}
+		if _, err := a.Acquire(bg, o); !errors.Is(err, ErrGarbage) {
+			t.Fatalf("acquire over %q: %v", junk, err)
+		}
+		// Even a caller that skips the check is stopped by the script.
+		if _, err := a.run(bg, acquireScript, "junk", junk, "0", "node-a", strings.Repeat("a", 32), 0, 1000, "c", 1); err != nil {
+			t.Fatal(err)
+		} else if got := srv.Command("GET", "unitlease:lease:junk"); got != junk {
+			t.Fatalf("script overwrote garbage %q with %q", junk, got)
+		}
+	}
+	o, _ := a.Observe(bg, "junk")
+	rec, err := a.Overwrite(bg, o)
+	if err != nil || rec.State != StateReleased {
+		t.Fatalf("operator overwrite: %+v %v", rec, err)
+	}
+	if _, err := a.Acquire(bg, mustObserve(t, a, "junk")); err != nil {
+		t.Fatalf("acquire after overwrite: %v", err)
+	}
+}
+
+func TestVersionGoingBackwardsIsGarbage(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := newStore(t, srv, "node-a")
+	l := mustAcquire(t, a, "vpn")
+	for range 3 {
+		l, _ = a.Renew(bg, l)
+	}
+	old := l.Record
+	old.Version = 2
+	srv.Command("SET", "unitlease:lease:vpn", string(Encode(old)))
+	_, err := a.Observe(bg, "vpn")
+	if !errors.Is(err, ErrGarbage) || !strings.Contains(err.Error(), "version 2 went backwards (this node has seen 4)") {
+		t.Fatalf("observe an older version: %v", err)
+	}
+}
+
+// Two contenders race for the same observed value, 10,000 times: exactly
+// one wins each round and the version rises by one.
+func TestRacingAcquireOneWinner(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	stores := []*Store{newStore(t, srv, "node-a"), newStore(t, srv, "node-b")}
+	rounds := 10_000
+	if testing.Short() {
+		rounds = 2_000
+	}
+	var version uint64
+	for round := range rounds {
+		var wg sync.WaitGroup
+		results := make([]error, 2)
+		won := make([]Lease, 2)
+		seen := []Observation{mustObserve(t, stores[0], "race"), mustObserve(t, stores[1], "race")}
+		for i, s := range stores {
+			wg.Go(func() { won[i], results[i] = s.Acquire(bg, seen[i]) })
+		}
+		wg.Wait()
+		winners := 0
+		for i, err := range results {
+			switch {
+			case err == nil:
+				winners++
+				version = won[i].Record.Version
+			case !errors.Is(err, ErrConflict):
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if winners != 1 {
+			t.Fatalf("round %d: %d winners (%v)", round, winners, results)
+		}
+		if version != uint64(round+1) {
+			t.Fatalf("round %d: version %d", round, version)
+		}
+	}
+}
+
+func TestPasswordFileAndACL(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Config: []string{ACL("unitlease", "s3cret-pw", "unitlease:")}})
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "redis.password")
+	if err := os.WriteFile(pw, []byte("s3cret-pw\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withUser := func(c *Config) { c.Username, c.PasswordFile = "unitlease", pw }
+	_, err := New(Config{URL: srv.URL(), Node: "node-a", ReplyMax: time.Second, LeaseSpan: time.Minute, Username: "unitlease", PasswordFile: pw})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "mode 0644 lets group or others read it") {
+		t.Fatalf("loose password file: %v", err)
+	}
+	if err := os.Chmod(pw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newStore(t, srv, "node-a", withUser), newStore(t, srv, "node-b", withUser)
+	wakes := a.Wakeups(t.Context())
+	waitWake(t, wakes, Wake{Resync: true})
+	l := mustAcquire(t, a, "vpn")
+	waitWake(t, wakes, Wake{Lease: "vpn"})
+	l, err = a.Renew(bg, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Release(bg, l); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, b, "vpn")
+	if entries, err := a.List(bg); err != nil || len(entries) != 1 {
+		t.Fatalf("list under the ACL: %v %v", entries, err)
+	}
+	if d := a.Durability(bg); d.AppendOnly == "" {
+		t.Fatalf("durability under the ACL: %+v", d)
+	}
+	// The user can touch nothing outside its prefix.
+	if _, err := a.rdb.Set(bg, "other:key", "x", 0).Result(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("SET outside the prefix: %v", err)
+	}
+	if _, err := a.rdb.FlushAll(bg).Result(); err == nil {
+		t.Fatal("FLUSHALL allowed")
+	}
+	// A wrong password is refused.
+	if err := os.WriteFile(pw, []byte("wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := newStore(t, srv, "node-c", withUser).Ping(bg); err == nil {
+		t.Fatal("wrong password accepted")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	base := Config{URL: "redis://127.0.0.1:1/0", Node: "n", ReplyMax: time.Second, LeaseSpan: time.Minute}
+	for _, c := range []struct {
+		mod  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.URL = "redis://u:hunter2@127.0.0.1:1/0" }, "put it in password_file"},
+		{func(c *Config) { c.URL = "http://x" }, "url:"},
+		{func(c *Config) { c.Node = "bad node" }, `node name "bad node"`},
+		{func(c *Config) { c.CAFile = "/x" }, "need a rediss:// url"},
+		{func(c *Config) { c.URL, c.CertFile = "rediss://127.0.0.1:1/0", "/x" }, "go together"},
+		{func(c *Config) { c.PasswordFile = "/nonexistent" }, "password_file"},
+		{func(c *Config) { c.ReplyMax = 0 }, "must be positive"},
+	} {
+		cfg := base
+		c.mod(&cfg)
+		_, err := New(cfg)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%+v: %v, want %q", cfg, err, c.want)
+		}
+	}
+}
+
+func TestWakeupsAfterRedisRestart(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
+	wakes := b.Wakeups(t.Context())
+	waitWake(t, wakes, Wake{Resync: true})
+	l := mustAcquire(t, a, "vpn")
+	waitWake(t, wakes, Wake{Lease: "vpn"})
+	if _, err := a.Release(bg, l); err != nil {
+		t.Fatal(err)
+	}
+	waitWake(t, wakes, Wake{Lease: "vpn"})
+	srv.Restart()
+	waitWake(t, wakes, Wake{Resync: true})
+	mustAcquire(t, a, "db")
+	waitWake(t, wakes, Wake{Lease: "db"})
+}
+
+// waitWake fails the test if want does not arrive; the deadline only turns
+// a hang into a failure.
+func waitWake(t *testing.T, wakes <-chan Wake, want Wake) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case w := <-wakes:
+			if w == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no wake-up %+v", want)
+		}
+	}
+}
+
+func TestList(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := newStore(t, srv, "node-a")
+	for i := range 3 {
+		mustAcquire(t, a, fmt.Sprintf("l%d", i))
+	}
+	srv.Command("SET", "unitlease:lease:zz", "junk")
+	srv.Command("SET", "other:lease:x", "not ours")
+	entries, err := a.List(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name)
+	}
+	if strings.Join(names, ",") != "l0,l1,l2,zz" || entries[0].Record.Holder != "node-a" || !errors.Is(entries[3].Err, ErrGarbage) {
+		t.Fatalf("list: %+v", entries)
+	}
+}
