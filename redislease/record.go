@@ -107,10 +107,10 @@ func Decode(key string, raw []byte) (Record, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var f struct {
-		Holder      *string      `json:"holder"`
+		Holder      *string         `json:"holder"`
 		Version     json.RawMessage `json:"version"`
-		Token       *string      `json:"token"`
-		State       *string      `json:"state"`
+		Token       *string         `json:"token"`
+		State       *string         `json:"state"`
 		LeaseSpanMS json.RawMessage `json:"lease_span_ms"`
 	}
 	if err := dec.Decode(&f); err != nil {
