@@ -70,3 +70,10 @@ func parseReplication(info string) (role string, replicas int) {
 	}
 	return role, replicas
 }
+
+// Info returns a section of Redis's INFO, for diagnostics and benchmarks.
+func (s *Store) Info(ctx context.Context, section string) (string, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	return s.rdb.Info(ctx, section).Result()
+}

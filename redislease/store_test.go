@@ -251,10 +251,7 @@ func TestVersionGoingBackwardsIsGarbage(t *testing.T) {
 func TestRacingAcquireOneWinner(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	stores := []*Store{newStore(t, srv, "node-a"), newStore(t, srv, "node-b")}
-	rounds := 10_000
-	if testing.Short() {
-		rounds = 2_000
-	}
+	const rounds = 10_000
 	var version uint64
 	for round := range rounds {
 		var wg sync.WaitGroup

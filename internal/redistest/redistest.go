@@ -29,6 +29,9 @@ type Options struct {
 // TLSFiles are the server's certificate, key and the CA that signs clients.
 type TLSFiles struct {
 	Cert, Key, CA string
+	// ClientCert and ClientKey are what redis-cli presents (Command and the
+	// readiness check).
+	ClientCert, ClientKey string
 	// RequireClientCert makes the server refuse clients without a
 	// certificate signed by CA.
 	RequireClientCert bool
@@ -40,7 +43,14 @@ type Server struct {
 	Dir  string
 	opts Options
 	cmd  *exec.Cmd
-	t    testing.TB
+	t    failer
+}
+
+// failer is what Server needs of a testing.TB; Run supplies one for
+// commands.
+type failer interface {
+	Helper()
+	Fatalf(format string, args ...any)
 }
 
 // Start runs redis-server and waits until it answers PING. The server is
@@ -54,6 +64,23 @@ func Start(t testing.TB, opts Options) *Server {
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// Run starts a server in dir for a command (a benchmark, say) rather than a
+// test; failures end the program. Call Stop when done.
+func Run(dir string, opts Options) *Server {
+	f := exitFailer{}
+	s := &Server{Dir: dir, opts: opts, t: f, Port: FreePort(f)}
+	s.start()
+	return s
+}
+
+type exitFailer struct{}
+
+func (exitFailer) Helper() {}
+func (exitFailer) Fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+	os.Exit(1)
 }
 
 // Addr is host:port.
@@ -100,7 +127,7 @@ func (s *Server) start() {
 	s.t.Helper()
 	conf := filepath.Join(s.Dir, "redis.conf")
 	if err := os.WriteFile(conf, []byte(s.config()), 0o600); err != nil {
-		s.t.Fatal(err)
+		s.t.Fatalf("%v", err)
 	}
 	s.cmd = exec.Command("redis-server", conf)
 	if err := s.cmd.Start(); err != nil {
@@ -133,7 +160,7 @@ func (s *Server) waitUp(limit time.Duration) error {
 func (s *Server) cliArgs() []string {
 	args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.Port)}
 	if tls := s.opts.TLS; tls != nil {
-		args = append(args, "--tls", "--cacert", tls.CA, "--cert", tls.Cert, "--key", tls.Key)
+		args = append(args, "--tls", "--cacert", tls.CA, "--cert", tls.ClientCert, "--key", tls.ClientKey)
 	}
 	return args
 }
@@ -164,11 +191,11 @@ func (s *Server) Log() string {
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
+func FreePort(t failer) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
