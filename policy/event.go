@@ -1,0 +1,88 @@
+package policy
+
+// EventKind names what happened. The daemon reports the result of every
+// action it was given as exactly one event: a store request's within
+// reply_max of its send (a later reply does not count: report the failure,
+// or for an acquire the unknown outcome), a unit job's when systemd ends it.
+type EventKind uint8
+
+// The events. Results arrive in the order the daemon learns them; an event
+// the machine does not expect in its state (a start result after the stop
+// that replaced it, say) changes nothing.
+const (
+	// Tick: the Wake instant of the last Output came, or any other
+	// moment; every step first acts on the timers that ran out.
+	Tick EventKind = iota
+	// Observed: the store read Record under the lease key.
+	Observed
+	// ObserveFailed: the read failed or timed out.
+	ObserveFailed
+	// AcquireOK: the compare-and-set wrote Record, which this node holds.
+	AcquireOK
+	// AcquireLost: the record was not the one compared against.
+	AcquireLost
+	// AcquireUnknown: the request failed or timed out; it may have been
+	// applied.
+	AcquireUnknown
+	// RenewOK: the renewal wrote Record.
+	RenewOK
+	// RenewLost: the key holds Record, which is not this node's: definitive.
+	RenewLost
+	// RenewMissing: the key is missing: definitive, treated as lost.
+	RenewMissing
+	// RenewFailed: the renewal failed or timed out; it may have been applied.
+	RenewFailed
+	// ReleaseOK: the `released` record was written.
+	ReleaseOK
+	// ReleaseFailed: it was not, or the outcome is unknown.
+	ReleaseFailed
+	// UnitStarted: the unit is active.
+	UnitStarted
+	// UnitStartFailed: the start job failed.
+	UnitStartFailed
+	// UnitFailed: the unit became inactive or failed while this node ran it.
+	UnitFailed
+	// UnitStopped: the unit is confirmed inactive; Killed if SIGKILL was needed.
+	UnitStopped
+	// UnitStopFailed: the unit is still not inactive at the end of stop_wait,
+	// SIGKILL included.
+	UnitStopFailed
+	// HandoffRequested: `unitlease handoff`, or a daemon shutting down.
+	HandoffRequested
+	// Nudge: a release or acquisition of the lease was published; a
+	// standby observes now instead of at its next poll. Observing earlier
+	// is always safe; nothing depends on nudges arriving.
+	Nudge
+	numEvents
+)
+
+var eventNames = []string{
+	"tick", "observed", "observe_failed",
+	"acquire_ok", "acquire_lost", "acquire_unknown",
+	"renew_ok", "renew_lost", "renew_missing", "renew_failed",
+	"release_ok", "release_failed",
+	"unit_started", "unit_start_failed", "unit_failed", "unit_stopped", "unit_stop_failed",
+	"handoff_requested", "nudge",
+}
+
+func (k EventKind) String() string { return name(eventNames, "event", uint8(k)) }
+
+// Event is one input to Step. Record is set for Observed, AcquireOK,
+// RenewOK and RenewLost; Killed only for UnitStopped.
+type Event struct {
+	Kind   EventKind
+	Record Record
+	Killed bool
+}
+
+func (e Event) String() string {
+	switch e.Kind {
+	case Observed, AcquireOK, RenewOK, RenewLost:
+		return e.Kind.String() + " (" + e.Record.String() + ")"
+	case UnitStopped:
+		if e.Killed {
+			return "unit_stopped (killed)"
+		}
+	}
+	return e.Kind.String()
+}

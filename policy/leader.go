@@ -1,0 +1,143 @@
+package policy
+
+// The leader: Reply, BeginRenew, Renew and Cancel (DESIGN.md rules 1 and 2),
+// and the unit's start.
+
+// leading reports whether the renew deadline binds: the node holds the
+// lease and has not begun to stop.
+func (m *Machine) leading() bool {
+	return m.state == Confirming || m.state == Starting || m.state == Leader
+}
+
+// deadline is when a leader without a successful renewal begins to stop:
+// retry + renew_deadline after the send of the last one that succeeded.
+func (m *Machine) deadline() Instant {
+	return m.anchor.Add(m.t.Retry + m.t.RenewDeadline)
+}
+
+// renewing reports whether the node keeps renewing: while it may hold the
+// lease and its unit may be running. Renewing past the deadline is safe (a
+// successful compare-and-set proves no peer took the lease, and only makes
+// a standby wait longer) and keeps a peer out while a stop is stuck.
+func (m *Machine) renewing() bool {
+	return m.holding && (m.leading() || m.state == Stopping || m.state == StopFailed)
+}
+
+// renewDue is when the next renewal goes out: retry after the last
+// success, then every reply_max while they fail. A confirming node also
+// renews as soon as its confirmation wait is over.
+func (m *Machine) renewDue() Instant {
+	if m.attempts > 0 {
+		return m.tried.Add(m.t.ReplyMax)
+	}
+	due := m.anchor.Add(m.t.Retry)
+	if m.state == Confirming {
+		due = min(due, m.confirmAt)
+	}
+	return due
+}
+
+// cancel: the deadline passed without a renewal.
+func (m *Machine) cancel(o *Output) {
+	o.note(JournalRenewFailed)
+	if m.state == Confirming { // the unit never started: nothing to stop
+		m.holding = false
+		m.forget()
+		return
+	}
+	m.stop(CauseRenewFailed)
+}
+
+// renewed moves the anchor to the renewal's send. A reply after reply_max
+// counts as a failure, though the record it reports is kept for the next
+// compare-and-set. A confirming node starts once a renewal sent after its
+// wait succeeds.
+func (m *Machine) renewed(r Record) {
+	switch {
+	case !m.answer(Renew) || !m.holding:
+	case m.late():
+		m.held = r
+		m.attemptFailed()
+	default:
+		m.held, m.anchor, m.attempts = r, m.reqAt, 0
+		if m.state == Confirming && m.reqAt >= m.confirmAt {
+			m.state = Starting
+		}
+	}
+}
+
+func (m *Machine) renewFailed() {
+	if m.answer(Renew) {
+		m.attemptFailed()
+	}
+}
+
+func (m *Machine) attemptFailed() {
+	m.attempts++
+	m.tried = m.reqAt
+}
+
+// lost: the record is someone else's or missing. Definitive: stop at once,
+// and never release (there is nothing of ours to release). A record with
+// this node's token at a later version is not a loss but its own renewal
+// whose reply was lost: the attempt failed, the next one compares against
+// that record, and the anchor stays where it was.
+func (m *Machine) lost(e Event, o *Output) {
+	switch {
+	case !m.answer(Renew) || !m.holding:
+		return
+	case e.Kind == RenewLost && m.ours(e.Record):
+		m.held = e.Record
+		m.attemptFailed()
+		return
+	}
+	m.holding = false
+	o.note(JournalLost)
+	switch m.state {
+	case Confirming:
+		m.forget()
+	case Starting, Leader:
+		m.stop(lossCause(e.Kind))
+	}
+}
+
+// ours reports whether r is a held record this node wrote since it
+// acquired: the same holder and token, which no other acquisition reuses.
+func (m *Machine) ours(r Record) bool {
+	h := m.held
+	return r.Present && !r.Released && h.Token != "" && r.Token == h.Token && r.Holder == h.Holder && r.Version > h.Version
+}
+
+func lossCause(k EventKind) Cause {
+	if k == RenewMissing {
+		return CauseMissing
+	}
+	return CauseLost
+}
+
+func (m *Machine) unitStarted(o *Output) {
+	if m.job != StartUnit {
+		return
+	}
+	m.job = 0
+	m.state = Leader
+	o.note(JournalStarted)
+}
+
+func (m *Machine) unitStartFailed(o *Output) {
+	if m.job != StartUnit {
+		return
+	}
+	m.job = 0
+	o.note(JournalUnitFailed)
+	m.stop(CauseStartFailed)
+}
+
+// unitFailed: the unit died while held. Stop it (confirm inactive),
+// release, back off so a peer takes over.
+func (m *Machine) unitFailed(o *Output) {
+	if (m.state == Starting || m.state == Leader) && m.job != StopUnit {
+		o.note(JournalUnitFailed)
+		m.stop(CauseUnitFailed)
+	}
+}

@@ -1,0 +1,223 @@
+package policy
+
+import "time"
+
+// Config configures a Machine.
+type Config struct {
+	Timing Timing // validated by New; a zero LeaseSpan is derived
+	Seed   uint64 // seeds the poll jitter; the daemon passes a random value
+}
+
+// Machine is one node's policy for one lease: standby and leader in one
+// state machine. It is a value: Step returns the next one and leaves the
+// receiver as it was. It does no I/O, reads no clock and starts no
+// goroutine; the zero Machine is not valid, use New.
+//
+// What it promises, given a daemon that carries out its actions and
+// reports their results as the event kinds say: it starts the unit only
+// while it holds the lease by a definitive reply; it begins to stop no
+// later than retry + renew_deadline after it sent its last successful
+// renewal; it releases only after the unit is confirmed inactive; it
+// acquires only over a record that stayed byte for byte the same for the
+// lease span on its own clock, or over a released one.
+//
+// What it does not promise: fencing. If systemd cannot stop the unit it
+// reports stop_failed, keeps renewing while it may hold the lease, and
+// never releases; a partition that also stops those renewals lets a peer
+// start. Clocks that drift more than DriftPPM, a daemon that acts on a
+// deadline more than SchedulingDelay late, and a store that loses an
+// acknowledged write other than by dropping the key (DESIGN.md rule 7)
+// are outside the bound too.
+type Machine struct {
+	t     Timing
+	state State
+	cause Cause
+	now   Instant // the latest instant seen; Step never goes back
+	rng   uint64
+
+	req   ActionKind // the outstanding store request, or 0
+	reqAt Instant    // when it was sent
+	job   ActionKind // the outstanding unit job, or 0
+
+	seen     Record  // the value being aged
+	haveSeen bool    // false after a reset: the next value starts a new age
+	seenAt   Instant // when seen was first received: its age's origin
+	lastSent Instant // when the last successful observation was sent
+	pollAt   Instant
+
+	holding  bool    // this node may hold the lease: renew it, release it
+	held     Record  // this node's record as last written
+	anchor   Instant // send of the last successful acquire or renewal (rule 1)
+	attempts int     // renewals failed since anchor
+	tried    Instant // send of the last failed renewal
+
+	confirmAt Instant // Confirming: start after a renewal sent from here on
+	until     Instant // Backoff: its end; StopFailed: the next stop attempt
+}
+
+// New returns a node's machine in Stopping: its first Step (a Tick) asks
+// for the unit to be stopped, since a new daemon holds no lease.
+func New(c Config) (Machine, error) {
+	t, err := c.Timing.Resolved()
+	if err != nil {
+		return Machine{}, err
+	}
+	return Machine{t: t, state: Stopping, cause: CauseStartup, rng: c.Seed}, nil
+}
+
+// handle dispatches e to its transition. Each first checks that the event
+// answers what is outstanding; anything else changes nothing. (A switch,
+// not a table of funcs: calls through a func value would move the machine
+// to the heap on every step.)
+func (m *Machine) handle(e Event, o *Output) {
+	switch e.Kind {
+	case Observed:
+		m.observed(e.Record, o)
+	case ObserveFailed:
+		m.observeFailed()
+	case AcquireOK:
+		m.acquired(e.Record, o)
+	case AcquireLost, AcquireUnknown:
+		m.acquireFailed()
+	case RenewOK:
+		m.renewed(e.Record)
+	case RenewLost, RenewMissing:
+		m.lost(e, o)
+	case RenewFailed:
+		m.renewFailed()
+	case ReleaseOK, ReleaseFailed:
+		m.releaseDone(e.Kind == ReleaseOK, o)
+	case UnitStarted:
+		m.unitStarted(o)
+	case UnitStartFailed:
+		m.unitStartFailed(o)
+	case UnitFailed:
+		m.unitFailed(o)
+	case UnitStopped:
+		m.unitStopped(e.Killed, o)
+	case UnitStopFailed:
+		m.unitStopFailed(o)
+	case HandoffRequested:
+		m.handoff(o)
+	case Nudge:
+		m.nudge()
+	}
+}
+
+// Step is the policy: at now, after e, the next machine and what to do.
+// It first acts on every timer that ran out by now (an earlier now than a
+// previous step's is taken as that one), then on e, then starts whatever
+// is due and not outstanding.
+func (m Machine) Step(now Instant, e Event) (Machine, Output) {
+	var o Output
+	m.now = max(m.now, now)
+	m.expire(&o)
+	m.handle(e, &o)
+	m.advance(&o)
+	o.Wake = m.wake()
+	return m, o
+}
+
+// expire acts on the timer of the current state if it ran out.
+func (m *Machine) expire(o *Output) {
+	switch {
+	case m.leading() && m.now >= m.deadline():
+		m.cancel(o)
+	case m.state == Backoff && m.now >= m.until:
+		m.state = Standby
+	case m.state == StopFailed && m.now >= m.until:
+		m.state = Stopping
+	}
+}
+
+// advance starts the unit job and the store request that are due.
+func (m *Machine) advance(o *Output) {
+	m.expire(o)
+	switch {
+	case m.state == Stopping && m.job != StopUnit:
+		m.job = StopUnit
+		o.do(StopUnit, Absent)
+	case m.state == Starting && m.job == 0:
+		m.job = StartUnit
+		o.do(StartUnit, Absent)
+	}
+	if m.state == Releasing && !m.holding {
+		m.leave()
+	}
+	switch {
+	case m.req != 0:
+	case m.state == Releasing:
+		m.send(Release, m.held, o)
+	case m.renewing() && m.now >= m.renewDue():
+		m.send(Renew, m.held, o)
+	case m.observing() && m.now >= m.pollAt:
+		m.send(Observe, Absent, o)
+	}
+}
+
+// wake is the earliest timer the machine waits on.
+func (m *Machine) wake() Instant {
+	w := Never
+	switch {
+	case m.leading():
+		w = m.deadline()
+	case m.state == Backoff || m.state == StopFailed:
+		w = m.until
+	}
+	switch {
+	case m.req != 0:
+	case m.renewing():
+		w = min(w, m.renewDue())
+	case m.observing():
+		w = min(w, m.pollAt)
+	}
+	return w
+}
+
+func (m *Machine) send(k ActionKind, r Record, o *Output) {
+	m.req, m.reqAt = k, m.now
+	o.do(k, r)
+}
+
+// answer reports whether the outstanding request is k, and ends it.
+func (m *Machine) answer(k ActionKind) bool {
+	if m.req != k {
+		return false
+	}
+	m.req = 0
+	return true
+}
+
+// late reports whether the answer to the request came after reply_max.
+func (m *Machine) late() bool { return m.now.Sub(m.reqAt) > m.t.ReplyMax }
+
+// State is the control state.
+func (m Machine) State() State { return m.state }
+
+// Cause is why the node last began to stop.
+func (m Machine) Cause() Cause { return m.cause }
+
+// Timing is the timing in force, its lease span resolved.
+func (m Machine) Timing() Timing { return m.t }
+
+// Held returns this node's record as last written, and whether the node
+// may still hold it (it renews and will release it).
+func (m Machine) Held() (Record, bool) { return m.held, m.holding }
+
+// Seen returns the value a standby is aging and when it first received
+// it; ok is false when there is none (nothing observed since the last
+// reset).
+func (m Machine) Seen() (r Record, since Instant, ok bool) {
+	return m.seen, m.seenAt, m.haveSeen
+}
+
+// LastRenewal is the send of the last successful acquire or renewal.
+func (m Machine) LastRenewal() Instant { return m.anchor }
+
+// Age is how long the seen value has been unchanged at now.
+func (m Machine) Age(now Instant) time.Duration {
+	if !m.haveSeen {
+		return 0
+	}
+	return now.Sub(m.seenAt)
+}

@@ -1,0 +1,97 @@
+package policy
+
+import "time"
+
+// The standby: Observe and Defer, then Acquire (DESIGN.md rules 3 and 4).
+
+func (m *Machine) observing() bool { return m.state == Standby || m.state == Backoff }
+
+// observed ages the value read and acquires over it when it is old enough
+// or released; otherwise it polls again after a jittered interval.
+func (m *Machine) observed(r Record, o *Output) {
+	if !m.answer(Observe) {
+		return
+	}
+	m.see(r)
+	if m.mayAcquire() {
+		m.state = Acquiring
+		m.send(Acquire, m.seen, o)
+		return
+	}
+	m.pollAt = m.now.Add(m.pollDelay())
+}
+
+// see resets the age when r differs from the value being aged, or when
+// the key is missing again after a gap long enough that a record may have
+// come and gone unseen. The age starts at the reply's receipt, which is
+// after the value was written.
+func (m *Machine) see(r Record) {
+	gap := m.now.Sub(m.lastSent) > m.t.observeGap()
+	if !m.haveSeen || !r.Same(m.seen) || !r.Present && gap {
+		m.seen, m.seenAt, m.haveSeen = r, m.now, true
+	}
+	m.lastSent = m.reqAt
+}
+
+// mayAcquire: a released record at once, anything else after the lease
+// span unchanged; never in backoff.
+func (m *Machine) mayAcquire() bool {
+	released := m.seen.Present && m.seen.Released
+	return m.state == Standby && (released || m.now.Sub(m.seenAt) >= m.t.LeaseSpan)
+}
+
+// nudge moves the next poll to now.
+func (m *Machine) nudge() {
+	if m.observing() && m.req == 0 {
+		m.pollAt = min(m.pollAt, m.now)
+	}
+}
+
+func (m *Machine) observeFailed() {
+	if m.answer(Observe) {
+		m.pollAt = m.now.Add(m.pollDelay())
+	}
+}
+
+// acquired: the node holds the lease from the acquire's send. Over a
+// missing key it confirms first (see confirmWait); otherwise it starts.
+func (m *Machine) acquired(r Record, o *Output) {
+	if !m.answer(Acquire) {
+		return
+	}
+	if m.late() {
+		m.forget()
+		return
+	}
+	m.holding, m.held, m.anchor, m.attempts = true, r, m.reqAt, 0
+	o.note(JournalAcquired)
+	m.state = Starting
+	if !m.seen.Present {
+		m.state, m.confirmAt = Confirming, m.now.Add(m.t.confirmWait())
+	}
+}
+
+// acquireFailed: lost or unknown, the record changed or may have; observe
+// again at once and age whatever is there from scratch. Never start.
+func (m *Machine) acquireFailed() {
+	if m.answer(Acquire) {
+		m.forget()
+	}
+}
+
+// forget returns to Standby with nothing seen, observing at once.
+func (m *Machine) forget() {
+	m.state, m.haveSeen, m.pollAt = Standby, false, m.now
+}
+
+// pollDelay draws the next poll interval, uniform in [poll_min, poll_max]
+// (splitmix64 on the machine's own state, so Step stays a pure function).
+func (m *Machine) pollDelay() time.Duration {
+	m.rng += 0x9e3779b97f4a7c15
+	z := m.rng
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	span := uint64(m.t.PollMax-m.t.PollMin) + 1
+	return m.t.PollMin + time.Duration(z%span)
+}

@@ -1,0 +1,69 @@
+package policy
+
+// Stopping: Signal, Reap and Return, then the release (DESIGN.md rule 3),
+// and the handoff.
+
+// stop begins stopping the unit; advance issues the StopUnit.
+func (m *Machine) stop(c Cause) {
+	m.state, m.cause = Stopping, c
+}
+
+// unitStopped: the unit is confirmed inactive; release if the node may
+// still hold the lease.
+func (m *Machine) unitStopped(killed bool, o *Output) {
+	if m.job != StopUnit {
+		return
+	}
+	m.job = 0
+	o.note(JournalStopped)
+	if killed {
+		o.Journal = JournalKilled
+	}
+	m.state = Releasing // advance releases, or leaves if not holding
+}
+
+// unitStopFailed: even SIGKILL did not make the unit inactive. Never
+// release; keep renewing while holding; try the stop again after stop_wait.
+func (m *Machine) unitStopFailed(o *Output) {
+	if m.job != StopUnit {
+		return
+	}
+	m.job = 0
+	o.note(JournalStopFailed)
+	m.state, m.until = StopFailed, m.now.Add(m.t.StopWait)
+}
+
+func (m *Machine) releaseDone(ok bool, o *Output) {
+	if !m.answer(Release) {
+		return
+	}
+	if ok {
+		o.note(JournalReleased)
+	}
+	m.leave()
+}
+
+// leave ends a stop: the node holds nothing and observes at once, in
+// Backoff if it gave the lease up itself, so that a peer takes it.
+func (m *Machine) leave() {
+	m.holding = false
+	m.forget()
+	if m.cause.backsOff() {
+		m.state, m.until = Backoff, m.now.Add(m.t.backoff())
+	}
+}
+
+// handoff: stop, confirm inactive, release, back off; a waiting peer
+// acquires the released record at once. Refused where nothing runs.
+func (m *Machine) handoff(o *Output) {
+	switch m.state {
+	case Starting, Leader:
+		o.note(JournalStopping)
+		m.stop(CauseHandoff)
+	case Confirming: // never started: release at once
+		m.state, m.cause = Releasing, CauseHandoff
+	case Stopping, Releasing, StopFailed:
+	default:
+		o.note(JournalRefused)
+	}
+}

@@ -1,0 +1,187 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Timing holds the [timing] keys of unitlease.toml. Every value is measured
+// on one node's monotonic clock.
+type Timing struct {
+	Retry         time.Duration // retry: the leader's pause after a successful renewal
+	RenewDeadline time.Duration // renew_deadline: the leader stops after retry plus this without a renewal
+	StopWait      time.Duration // stop_wait: the bound on stopping the unit, SIGKILL inside it
+	ReplyMax      time.Duration // reply_max: the timeout of every store request
+	PollMin       time.Duration // poll_min: the standby's shortest poll interval
+	PollMax       time.Duration // poll_max: the standby's longest poll interval
+	LeaseSpan     time.Duration // lease_span: 0 means SafeMinimum
+}
+
+// DefaultTiming returns the defaults of DESIGN.md, which are the seed's
+// constants (Retry 5, Renew 20, StopWait 10, PollLow 5, PollHigh 11); the
+// lease span is left to be derived.
+func DefaultTiming() Timing {
+	return Timing{
+		Retry:         5 * time.Second,
+		RenewDeadline: 20 * time.Second,
+		StopWait:      10 * time.Second,
+		ReplyMax:      2 * time.Second,
+		PollMin:       5 * time.Second,
+		PollMax:       11 * time.Second,
+	}
+}
+
+// The assumptions behind the margin; README.md says why these values.
+const (
+	// DriftPPM bounds how far each node's CLOCK_MONOTONIC may run from true
+	// time, in parts per million. Two nodes may differ by twice this.
+	DriftPPM = 1000
+	// SchedulingDelay bounds how late the leader acts on its deadline: a
+	// timer that fires late, a GC pause, a loaded machine, the D-Bus round
+	// trip before systemd starts the stop.
+	SchedulingDelay = time.Second
+	// MaxDuration is the largest value any timing key accepts.
+	MaxDuration = time.Hour
+)
+
+// ErrTiming is wrapped by every error Validate returns.
+var ErrTiming = errors.New("policy: invalid timing")
+
+// timingError is one sentence about one broken inequality.
+type timingError string
+
+func (e timingError) Error() string        { return "policy: " + string(e) }
+func (e timingError) Is(target error) bool { return target == ErrTiming }
+
+func badTiming(format string, args ...any) error {
+	return timingError(fmt.Sprintf(format, args...))
+}
+
+// leaderBound is what the leader's deadline and stop take on its own clock
+// after the send of its last successful renewal (DESIGN.md rule 1).
+func (t Timing) leaderBound() time.Duration {
+	return t.Retry + t.RenewDeadline + t.StopWait
+}
+
+// SafeMinimum is the smallest lease span this package accepts: the first
+// whole millisecond above
+//
+//	((retry + renew_deadline + stop_wait) * (1 + ρ) + SchedulingDelay) / (1 - ρ)
+//
+// with ρ = DriftPPM / 10⁶. The leader's copy is dead within the numerator
+// of true time after the send of its last successful renewal (its clock may
+// run slow by ρ, and it may act late by SchedulingDelay); a standby measures
+// the lease span from a moment no earlier than that renewal's commit, on a
+// clock that may run fast by ρ. Neither poll jitter nor reply_max enters: a
+// standby's age starts when it receives a reply, which is after the value
+// was written, so both only make it later.
+func (t Timing) SafeMinimum() time.Duration {
+	return aboveScaled(t.leaderBound(), SchedulingDelay)
+}
+
+// Margin is SafeMinimum less retry + renew_deadline + stop_wait.
+func (t Timing) Margin() time.Duration {
+	return t.SafeMinimum() - t.leaderBound()
+}
+
+// aboveScaled returns the first whole millisecond above
+// (d·(1+ρ) + extra) / (1-ρ), computed in microseconds (exact for every d
+// Validate accepts, with no overflow).
+func aboveScaled(d, extra time.Duration) time.Duration {
+	const million = 1_000_000
+	us := (d + time.Microsecond - 1) / time.Microsecond
+	num := int64(us)*(million+DriftPPM) + int64(extra/time.Microsecond)*million
+	den := int64(million - DriftPPM)
+	scaledUS := (num + den - 1) / den
+	return (time.Duration(scaledUS)/1000 + 1) * time.Millisecond
+}
+
+// observeGap bounds the time from the send of one successful observation
+// to the receipt of the next. A standby that sees a missing key on both
+// sides of a longer gap starts its age over: only absence can repeat, and
+// a record may have come and gone unseen in between. Natural polling stays
+// within it: a reply, a poll interval, a reply, and SchedulingDelay.
+func (t Timing) observeGap() time.Duration {
+	return t.PollMax + 2*t.ReplyMax + SchedulingDelay
+}
+
+// confirmWait is how long a node that acquired over a missing key waits,
+// on its own clock, before the renewal that lets it start: long enough
+// that any standby polling within observeGap (on a clock that may differ
+// by 2ρ) has read the record at least once.
+func (t Timing) confirmWait() time.Duration {
+	return aboveScaled(t.observeGap(), 0)
+}
+
+// backoff is how long a node that released the lease leaves it to a peer:
+// a peer polls at least every poll_max, and a lease span keeps a unit that
+// fails everywhere from moving back and forth faster than that.
+func (t Timing) backoff() time.Duration {
+	return t.LeaseSpan + t.PollMax
+}
+
+// Validate reports the first inequality t breaks, in one sentence with the
+// numbers: non-positive or over-an-hour values, reply_max not below retry
+// or renew_deadline, poll_min above poll_max, and a lease span below
+// SafeMinimum. A zero LeaseSpan is valid: it means SafeMinimum.
+func (t Timing) Validate() error {
+	for _, k := range t.keys() {
+		if err := k.check(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case t.ReplyMax >= t.Retry:
+		return badTiming("reply_max %v must be below retry %v, so that a renewal's reply arrives before the next renewal is due", t.ReplyMax, t.Retry)
+	case t.ReplyMax >= t.RenewDeadline:
+		return badTiming("reply_max %v must be below renew_deadline %v, or no renewal can complete before the deadline", t.ReplyMax, t.RenewDeadline)
+	case t.PollMin > t.PollMax:
+		return badTiming("poll_min %v is above poll_max %v", t.PollMin, t.PollMax)
+	case t.LeaseSpan != 0 && t.LeaseSpan < t.SafeMinimum():
+		return badTiming("lease_span %v is below the safe minimum %v (retry %v + renew_deadline %v + stop_wait %v + margin %v for clock drift and scheduling delay)",
+			t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin())
+	}
+	return nil
+}
+
+// Resolved validates t and returns it with LeaseSpan set: SafeMinimum when
+// it was zero.
+func (t Timing) Resolved() (Timing, error) {
+	if err := t.Validate(); err != nil {
+		return Timing{}, err
+	}
+	if t.LeaseSpan == 0 {
+		t.LeaseSpan = t.SafeMinimum()
+	}
+	return t, nil
+}
+
+type timingKey struct {
+	name     string
+	value    time.Duration
+	zeroOK   bool
+	zeroNote string
+}
+
+func (t Timing) keys() []timingKey {
+	return []timingKey{
+		{name: "retry", value: t.Retry},
+		{name: "renew_deadline", value: t.RenewDeadline},
+		{name: "stop_wait", value: t.StopWait},
+		{name: "reply_max", value: t.ReplyMax},
+		{name: "poll_min", value: t.PollMin},
+		{name: "poll_max", value: t.PollMax},
+		{name: "lease_span", value: t.LeaseSpan, zeroOK: true, zeroNote: ", or 0 to derive it"},
+	}
+}
+
+func (k timingKey) check() error {
+	switch {
+	case k.value < 0 || k.value == 0 && !k.zeroOK:
+		return badTiming("%s %v must be positive%s", k.name, k.value, k.zeroNote)
+	case k.value > MaxDuration:
+		return badTiming("%s %v is above the limit of %v", k.name, k.value, MaxDuration)
+	}
+	return nil
+}

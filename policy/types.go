@@ -1,0 +1,67 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Instant is a reading of the node's monotonic clock: the time since an
+// origin the caller picks once, e.g. policy.Instant(time.Since(start))
+// where start is a time.Time taken with its monotonic reading. Wall-clock
+// time must never be used (DESIGN.md rule 5).
+type Instant time.Duration
+
+// Never is the Instant after every other: no timer is wanted.
+const Never = Instant(math.MaxInt64)
+
+// Add returns i+d.
+func (i Instant) Add(d time.Duration) Instant { return i + Instant(d) }
+
+// Sub returns the duration i-j.
+func (i Instant) Sub(j Instant) time.Duration { return time.Duration(i - j) }
+
+func (i Instant) String() string {
+	if i == Never {
+		return "never"
+	}
+	return "+" + time.Duration(i).String()
+}
+
+// Record is what the store holds under the lease key, as the store read or
+// wrote it. Two records are the same value exactly when Same says so: the
+// policy compares raw bytes, and a missing key is a value like any other.
+// Holder, Token and Version are carried for the store's compare-and-set and
+// for logs; the policy decides nothing on them.
+type Record struct {
+	Present  bool   // false: the key is missing; the other fields are empty
+	Raw      string // the stored bytes, exactly
+	Holder   string
+	Token    string
+	Version  uint64
+	Released bool // the record's state is `released`
+}
+
+// Absent is the record of a missing key.
+var Absent = Record{}
+
+// Same reports whether r and o are the same stored value.
+func (r Record) Same(o Record) bool { return r.Present == o.Present && r.Raw == o.Raw }
+
+func (r Record) String() string {
+	switch {
+	case !r.Present:
+		return "missing"
+	case r.Released:
+		return fmt.Sprintf("released by %s at version %d", r.Holder, r.Version)
+	}
+	return fmt.Sprintf("held by %s at version %d", r.Holder, r.Version)
+}
+
+// names renders an enum for logs; out of range values print as kind(n).
+func name(names []string, kind string, i uint8) string {
+	if int(i) < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%s(%d)", kind, i)
+}
