@@ -145,3 +145,10 @@ func (c Config) tls(opt *redis.Options) error {
 	}
 	return nil
 }
+
+// Check validates the configuration (reading the password and certificate
+// files) without connecting.
+func (c Config) Check() error {
+	_, err := c.options()
+	return err
+}

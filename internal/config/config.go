@@ -1,0 +1,231 @@
+// Package config loads /etc/unitlease/unitlease.toml: every key optional
+// with a default, unknown keys refused, and every error naming the file,
+// the line and the key.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/unitlease/unitlease/policy"
+	"github.com/unitlease/unitlease/redislease"
+)
+
+// DefaultPath is where the daemon and the CLI read their configuration.
+const DefaultPath = "/etc/unitlease/unitlease.toml"
+
+// Config is the validated configuration.
+type Config struct {
+	// Node is this node's name in lease records (default: the host name).
+	Node   string
+	Redis  Redis
+	Timing policy.Timing // resolved: LeaseSpan is set
+	// Path is the file it came from ("" for built-in defaults).
+	Path string
+}
+
+// Redis is the [redis] table.
+type Redis struct {
+	URL          string `toml:"url"`
+	Username     string `toml:"username"`
+	PasswordFile string `toml:"password_file"`
+	KeyPrefix    string `toml:"key_prefix"`
+	CAFile       string `toml:"ca_file"`
+	CertFile     string `toml:"cert_file"`
+	KeyFile      string `toml:"key_file"`
+	PoolSize     int    `toml:"pool_size"`
+}
+
+// file is the document as written: durations stay strings until their
+// line is known.
+type file struct {
+	Node   *string `toml:"node"`
+	Redis  Redis   `toml:"redis"`
+	Timing struct {
+		Retry         *string `toml:"retry"`
+		RenewDeadline *string `toml:"renew_deadline"`
+		StopWait      *string `toml:"stop_wait"`
+		ReplyMax      *string `toml:"reply_max"`
+		PollMin       *string `toml:"poll_min"`
+		PollMax       *string `toml:"poll_max"`
+		LeaseSpan     *string `toml:"lease_span"`
+	} `toml:"timing"`
+}
+
+// ErrConfig is wrapped by every error this package returns.
+var ErrConfig = errors.New("config: invalid configuration")
+
+// Error names where a configuration went wrong.
+type Error struct {
+	File string
+	Line int // 0 when the key is not in the file (a default)
+	Key  string
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	where := e.File
+	if e.Line > 0 {
+		where = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	if e.Key != "" {
+		return fmt.Sprintf("%s: %s: %s", where, e.Key, e.Msg)
+	}
+	return where + ": " + e.Msg
+}
+
+func (e *Error) Unwrap() error { return ErrConfig }
+
+// Defaults returns the configuration used when no file exists.
+func Defaults() Config {
+	c, err := Parse("(defaults)", nil)
+	if err != nil {
+		panic(err) // the defaults are valid; a test checks it
+	}
+	return *c
+}
+
+// Load reads path. A missing file at DefaultPath means the defaults; a
+// missing file anywhere else is an error.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && path == DefaultPath {
+		c := Defaults()
+		return &c, nil
+	}
+	if err != nil {
+		return nil, &Error{File: path, Msg: err.Error()}
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes and validates a document; path is for messages.
+func Parse(path string, data []byte) (*Config, error) {
+	var f file
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, decodeError(path, err)
+	}
+	lines := keyLines(data)
+	at := func(key, msg string) error { return &Error{File: path, Line: lines[key], Key: key, Msg: msg} }
+	c := &Config{Path: path, Redis: f.Redis}
+	if err := c.node(f.Node, at); err != nil {
+		return nil, err
+	}
+	if err := c.redisDefaults(at); err != nil {
+		return nil, err
+	}
+	if err := c.timing(f, at); err != nil {
+		return nil, err
+	}
+	if err := c.RedisConfig().Check(); err != nil {
+		msg := strings.TrimPrefix(err.Error(), redislease.ErrConfig.Error()+": ")
+		key := "redis"
+		if word, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(word, " ") {
+			key, msg = "redis."+word, rest
+		}
+		return nil, at(key, msg)
+	}
+	return c, nil
+}
+
+func decodeError(path string, err error) error {
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, _ := de.Position()
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		var sm *toml.StrictMissingError
+		if errors.As(err, &sm) {
+			msg = "unknown key"
+		}
+		return &Error{File: path, Line: row, Key: strings.Join(de.Key(), "."), Msg: msg}
+	}
+	return &Error{File: path, Msg: err.Error()}
+}
+
+func (c *Config) node(v *string, at func(key, msg string) error) error {
+	if v == nil {
+		host, err := os.Hostname()
+		if err != nil {
+			return at("node", "not set, and the host name is unknown: "+err.Error())
+		}
+		c.Node = host
+	} else {
+		c.Node = *v
+	}
+	if err := redislease.ValidNode(c.Node); err != nil {
+		return at("node", err.Error())
+	}
+	return nil
+}
+
+func (c *Config) redisDefaults(at func(key, msg string) error) error {
+	if c.Redis.URL == "" {
+		c.Redis.URL = "redis://127.0.0.1:6379/0"
+	}
+	if c.Redis.KeyPrefix == "" {
+		c.Redis.KeyPrefix = "unitlease:"
+	}
+	if c.Redis.PoolSize < 0 {
+		return at("redis.pool_size", fmt.Sprintf("%d is negative", c.Redis.PoolSize))
+	}
+	if strings.ContainsAny(c.Redis.KeyPrefix, "*?[]\\ ") {
+		return at("redis.key_prefix", fmt.Sprintf("%q holds a glob character or a space", c.Redis.KeyPrefix))
+	}
+	return nil
+}
+
+func (c *Config) timing(f file, at func(key, msg string) error) error {
+	t := policy.DefaultTiming()
+	for _, k := range []struct {
+		key string
+		raw *string
+		dst *time.Duration
+	}{
+		{"retry", f.Timing.Retry, &t.Retry},
+		{"renew_deadline", f.Timing.RenewDeadline, &t.RenewDeadline},
+		{"stop_wait", f.Timing.StopWait, &t.StopWait},
+		{"reply_max", f.Timing.ReplyMax, &t.ReplyMax},
+		{"poll_min", f.Timing.PollMin, &t.PollMin},
+		{"poll_max", f.Timing.PollMax, &t.PollMax},
+		{"lease_span", f.Timing.LeaseSpan, &t.LeaseSpan},
+	} {
+		if k.raw == nil {
+			continue
+		}
+		d, err := time.ParseDuration(*k.raw)
+		if err != nil {
+			return at("timing."+k.key, fmt.Sprintf("%q is not a duration like \"5s\" or \"1m30s\"", *k.raw))
+		}
+		*k.dst = d
+	}
+	resolved, err := t.Resolved()
+	if err != nil {
+		return at("timing."+firstWord(strings.TrimPrefix(err.Error(), "policy: ")), strings.TrimPrefix(err.Error(), "policy: "))
+	}
+	c.Timing = resolved
+	return nil
+}
+
+func firstWord(s string) string {
+	word, _, _ := strings.Cut(s, " ")
+	return word
+}
+
+// RedisConfig is what redislease.New takes.
+func (c *Config) RedisConfig() redislease.Config {
+	r := c.Redis
+	return redislease.Config{
+		URL: r.URL, Username: r.Username, PasswordFile: r.PasswordFile,
+		CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile,
+		KeyPrefix: r.KeyPrefix, Node: c.Node, PoolSize: r.PoolSize,
+		ReplyMax: c.Timing.ReplyMax, LeaseSpan: c.Timing.LeaseSpan,
+	}
+}
