@@ -2,6 +2,7 @@ package redislease
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -17,20 +18,22 @@ type Wake struct {
 	Resync bool
 }
 
-// Wakeups subscribes to every lease's events channel and delivers a Wake
-// for each release or acquisition, so a standby acts on a release within a
-// round trip. After a disconnect it subscribes again, backing off up to
-// maxBackoff, and sends a Resync. The channel closes when ctx ends.
+// Wakeups subscribes to the events channels of the given leases and
+// delivers a Wake for each release or acquisition, so a standby acts on a
+// release within a round trip. After a disconnect it subscribes again,
+// backing off up to maxBackoff, and sends a Resync. The channel closes when
+// ctx ends; to watch a different set of leases, end it and call again.
 //
+// The subscriptions also tell peers who is watching a lease (Watchers).
 // Wake-ups only hurry observations along; nothing depends on them for
 // safety, and a standby still polls.
-func (s *Store) Wakeups(ctx context.Context) <-chan Wake {
+func (s *Store) Wakeups(ctx context.Context, leases []string) <-chan Wake {
 	out := make(chan Wake, 64)
 	go func() {
 		defer close(out)
 		backoff := 100 * time.Millisecond
 		for ctx.Err() == nil {
-			if s.subscribe(ctx, out) {
+			if s.subscribe(ctx, leases, out) {
 				backoff = 100 * time.Millisecond
 			}
 			select {
@@ -47,11 +50,18 @@ const maxBackoff = 5 * time.Second
 
 // subscribe runs one subscription until it fails or ctx ends. It reports
 // whether the subscription was established.
-func (s *Store) subscribe(ctx context.Context, out chan<- Wake) bool {
-	pattern := s.prefix + "events:*"
-	ps := s.rdb.PSubscribe(ctx)
+func (s *Store) subscribe(ctx context.Context, leases []string, out chan<- Wake) bool {
+	channels := make([]string, len(leases))
+	for i, l := range leases {
+		channels[i] = s.Channel(l)
+	}
+	ps := s.rdb.Subscribe(ctx)
 	defer ps.Close()
-	if err := ps.PSubscribe(ctx, pattern); err != nil {
+	if len(channels) == 0 {
+		<-ctx.Done()
+		return true
+	}
+	if err := ps.Subscribe(ctx, channels...); err != nil {
 		return false
 	}
 	established := false
@@ -63,6 +73,9 @@ func (s *Store) subscribe(ctx context.Context, out chan<- Wake) bool {
 		var w Wake
 		switch m := msg.(type) {
 		case *redis.Subscription:
+			if established || m.Count < len(channels) {
+				continue // one confirmation per channel: resync once, after the last
+			}
 			established = true
 			w.Resync = true
 		case *redis.Message:
@@ -76,4 +89,16 @@ func (s *Store) subscribe(ctx context.Context, out chan<- Wake) bool {
 			return established
 		}
 	}
+}
+
+// Watchers counts the daemons subscribed to a lease's events channel: every
+// node that manages the lease, this one included if it does.
+func (s *Store) Watchers(ctx context.Context, name string) (int, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	n, err := s.rdb.PubSubNumSub(ctx, s.Channel(name)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redislease: watchers of %s: %w", name, err)
+	}
+	return int(n[s.Channel(name)]), nil
 }

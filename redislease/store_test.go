@@ -297,8 +297,11 @@ func TestPasswordFileAndACL(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := newStore(t, srv, "node-a", withUser), newStore(t, srv, "node-b", withUser)
-	wakes := a.Wakeups(t.Context())
+	wakes := a.Wakeups(t.Context(), []string{"vpn"})
 	waitWake(t, wakes, Wake{Resync: true})
+	if n, err := b.Watchers(bg, "vpn"); err != nil || n != 1 {
+		t.Fatalf("watchers under the ACL: %d %v", n, err)
+	}
 	l := mustAcquire(t, a, "vpn")
 	waitWake(t, wakes, Wake{Lease: "vpn"})
 	l, err = a.Renew(bg, l)
@@ -357,8 +360,14 @@ func TestConfigErrors(t *testing.T) {
 func TestWakeupsAfterRedisRestart(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
-	wakes := b.Wakeups(t.Context())
+	wakes := b.Wakeups(t.Context(), []string{"vpn", "db"})
 	waitWake(t, wakes, Wake{Resync: true})
+	if n, _ := a.Watchers(bg, "db"); n != 1 {
+		t.Fatalf("watchers of db: %d, want 1", n)
+	}
+	if n, _ := a.Watchers(bg, "other"); n != 0 {
+		t.Fatalf("watchers of other: %d, want 0", n)
+	}
 	l := mustAcquire(t, a, "vpn")
 	waitWake(t, wakes, Wake{Lease: "vpn"})
 	if _, err := a.Release(bg, l); err != nil {
