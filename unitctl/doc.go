@@ -1,0 +1,62 @@
+// Package unitctl is the only code of unitlease that talks to systemd. Over
+// D-Bus (go-systemd v22 for method calls and job results, godbus v5 for
+// unit events) it finds the units annotated with [X-UnitLease], validates
+// them, writes the runtime drop-ins that make them safe to manage, starts
+// and stops them with confirmation, and watches them.
+//
+// # What it promises
+//
+//   - Stop returns nil only once systemd reports the unit inactive or failed
+//     with no job queued. SIGKILL goes to the whole cgroup KillMargin before
+//     stopWait runs out. Any error means the stop is not confirmed; when
+//     stopWait runs out the error wraps ErrStopFailed. The caller must then
+//     not release the lease.
+//   - Start returns nil only once the unit is active and the start job is
+//     done; a failed start is a *JobError with the job result, the state and
+//     the service's Result=.
+//   - A D-Bus NoReply, a dropped connection or a systemd re-exec is retried
+//     (re-dialling with a bounded backoff) and the state is read again. It is
+//     never reported as a result.
+//   - Discover reads the files that systemd reports for each unit
+//     (FragmentPath, DropInPaths) and parses them the way systemd applies
+//     them. A malformed annotation is an *AnnotationError that names the
+//     file and line; that unit is left out and the others are not.
+//   - Install writes the drop-ins of a batch, reloads systemd once, and
+//     checks that each drop-in is in effect as written.
+//
+// # What it does not promise
+//
+//   - Processes that leave the unit's cgroup (a job handed to another
+//     daemon, a systemd-run) are not stopped.
+//   - The drop-ins live in /run and are gone after a reboot. Enabled units
+//     are refused for that reason: they would start at boot without the
+//     guard.
+//   - Watch reports a state that lasts. A state that comes and goes between
+//     two reads can be missed when events are lost (a reconnect).
+//   - Only .service units are managed.
+//
+// # Management rules (Validate)
+//
+// A unit is refused if any of these holds: it is not a .service; it is not
+// loaded; KillMode is process or none (mixed is accepted: SIGTERM goes to
+// the main process and SIGKILL to the whole cgroup, so the cgroup still
+// ends empty); SendSIGKILL=no; Type=oneshot without RemainAfterExit=yes;
+// RefuseManualStart= or RefuseManualStop=; it is enabled (UnitFileState
+// enabled, enabled-runtime, linked or linked-runtime); another unit pulls it
+// in through Wants=, Requires= or Upholds=, or a socket, timer or path unit
+// triggers it. A TimeoutStopSec= longer than StopWait minus KillMargin is not
+// refused: the drop-in lowers it, and the Plan's warnings say so. Restart= is
+// allowed: a stop job is never followed by an automatic restart, and a
+// restart after a crash on the holder runs the guard again.
+//
+// # The drop-in
+//
+// DropInPath(unit) (/run/systemd/system/UNIT.d/50-unitlease.conf) holds:
+// BindsTo= and After= on the daemon's unit, so that systemd stops the unit
+// when the daemon stops, dies or is killed by its watchdog (DESIGN.md rule
+// 6). ExecStartPre= is reset, then the guard runs first, then the unit's
+// own ExecStartPre= commands, re-rendered. TimeoutStopSec= fits within
+// stop_wait, and KillMode= and SendSIGKILL=yes are pinned to the validated
+// values. README.md in this directory gives the reasons, the tests and the
+// measured figures.
+package unitctl

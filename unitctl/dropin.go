@@ -1,0 +1,118 @@
+package unitctl
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Plan is a unit that passed validation, with the drop-in that makes it
+// safe to manage. Install writes it.
+type Plan struct {
+	Unit     string
+	DropIn   []byte   // the contents of DropInPath(Unit)
+	Warnings []string // what the drop-in overrides, for the log
+
+	cfg      Config
+	killMode string
+	ownPre   []execCommand // the unit's own ExecStartPre= commands, run after the guard
+}
+
+// newPlan validates s and renders its drop-in.
+func newPlan(s settings, cfg Config) (*Plan, error) {
+	refusals, warnings := assess(s, cfg)
+	if len(refusals) > 0 {
+		return nil, &RefusedError{Unit: s.ID, Reasons: refusals}
+	}
+	p := &Plan{Unit: s.ID, Warnings: warnings, cfg: cfg, killMode: s.KillMode, ownPre: s.ExecStartPre}
+	dropIn, err := p.render()
+	if err != nil {
+		return nil, &RefusedError{Unit: s.ID, Reasons: []string{err.Error()}}
+	}
+	p.DropIn = dropIn
+	return p, nil
+}
+
+// render writes the drop-in:
+//
+//   - [Unit] BindsTo= and After= the daemon's unit (DESIGN.md rule 6): when
+//     the daemon stops, fails or is killed by its watchdog, systemd stops
+//     the unit; After= makes that stop come first and a start wait for the
+//     daemon. A restart of the daemon stops the unit too: a handover.
+//   - ExecStartPre= reset, the guard, then the unit's own ExecStartPre=
+//     commands again: the guard runs before anything of the unit.
+//   - TimeoutStopSec= within stop_wait, so systemd's own SIGKILL comes in
+//     time even without unitctl.
+//   - KillMode= and SendSIGKILL= pinned to the validated values, so a later
+//     edit of the unit file cannot weaken them without a new validation.
+func (p *Plan) render() ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Written by unitlease while it manages %s; removed when it stops managing it.\n", p.Unit)
+	fmt.Fprintf(&b, "# Do not edit: unitlease rewrites it.\n")
+	fmt.Fprintf(&b, "[Unit]\nBindsTo=%s\nAfter=%s\n\n", p.cfg.DaemonUnit, p.cfg.DaemonUnit)
+	fmt.Fprintf(&b, "[Service]\nExecStartPre=\nExecStartPre=%s\n", p.guardLine())
+	for _, cmd := range p.ownPre {
+		line, err := renderExec(cmd)
+		if err != nil {
+			return nil, fmt.Errorf("cannot re-render ExecStartPre=%s after the guard: %w", cmd.Path, err)
+		}
+		fmt.Fprintf(&b, "ExecStartPre=%s\n", line)
+	}
+	fmt.Fprintf(&b, "TimeoutStopSec=%dms\n", p.cfg.StopTimeout().Milliseconds())
+	fmt.Fprintf(&b, "KillMode=%s\nSendSIGKILL=yes\n", p.killMode)
+	return b.Bytes(), nil
+}
+
+// guardLine is the guard's ExecStartPre= value: "+" runs it with full
+// privileges whatever User= and sandboxing the unit has; systemd expands
+// %n to the unit's name.
+func (p *Plan) guardLine() string {
+	line := "+"
+	for _, w := range p.cfg.Guard {
+		line += quoteWord(w) + " "
+	}
+	return line + "%n"
+}
+
+// guardCommand is the guard as systemd reports it once loaded.
+func (p *Plan) guardCommand() execCommand {
+	argv := append(slices.Clone(p.cfg.Guard), p.Unit)
+	return execCommand{Path: p.cfg.Guard[0], Argv: argv, Flags: []string{"privileged"}}
+}
+
+// verify checks that systemd applies the drop-in as written: a drop-in
+// that sorts later, or a file that failed to load, would leave the unit
+// unsafe.
+func (p *Plan) verify(s settings) error {
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if !slices.Contains(s.DropInPaths, p.cfg.DropInPath(p.Unit)) {
+		bad("systemd does not list %s among its drop-ins", p.cfg.DropInPath(p.Unit))
+	}
+	want := append([]execCommand{p.guardCommand()}, p.ownPre...)
+	if !slices.EqualFunc(s.ExecStartPre, want, sameExec) {
+		bad("ExecStartPre= is %s, want the guard and then the unit's own %d command(s)", describeExecs(s.ExecStartPre), len(p.ownPre))
+	}
+	if limit := uint64(p.cfg.StopTimeout() / time.Microsecond); s.TimeoutStopUSec > limit {
+		bad("TimeoutStopSec=%s exceeds %v", formatUSec(s.TimeoutStopUSec), p.cfg.StopTimeout())
+	}
+	if s.KillMode != p.killMode || !s.SendSIGKILL {
+		bad("KillMode=%s SendSIGKILL=%t, want %s and yes", s.KillMode, s.SendSIGKILL, p.killMode)
+	}
+	if !slices.Contains(s.BindsTo, p.cfg.DaemonUnit) || !slices.Contains(s.After, p.cfg.DaemonUnit) {
+		bad("not bound to and ordered after %s", p.cfg.DaemonUnit)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s: %v", ErrDropIn, p.Unit, problems)
+	}
+	return nil
+}
+
+func describeExecs(cmds []execCommand) string {
+	var words []string
+	for _, c := range cmds {
+		words = append(words, fmt.Sprintf("%q%v", c.Path, c.Flags))
+	}
+	return fmt.Sprint(words)
+}

@@ -1,0 +1,106 @@
+package unitctl
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrStopFailed means stop_wait ran out before systemd confirmed the
+	// unit inactive: the SIGKILL did not end it, or systemd could not be
+	// reached to send it or to confirm. The caller must not release the
+	// lease.
+	ErrStopFailed = errors.New("unitctl: unit did not stop even after SIGKILL")
+
+	// ErrStartFailed means the start job did not leave the unit active.
+	ErrStartFailed = errors.New("unitctl: unit did not start")
+
+	// ErrRefused means a unit's settings do not let unitlease stop it
+	// within its bound; the unit is not managed.
+	ErrRefused = errors.New("unitctl: unit refused for management")
+
+	// ErrDropIn means the runtime drop-in did not take effect as written
+	// (a later drop-in overrides it, or systemd did not load it).
+	ErrDropIn = errors.New("unitctl: drop-in not in effect")
+
+	// ErrClosed is returned by a Systemd that has been closed.
+	ErrClosed = errors.New("unitctl: closed")
+)
+
+// UnitState is what systemd reports about a unit at one moment.
+type UnitState struct {
+	ActiveState string // active, reloading, inactive, failed, activating, deactivating
+	SubState    string // type specific, e.g. running, stop-sigterm, auto-restart
+	JobID       uint32 // the queued job, 0 if none
+	JobType     string
+}
+
+// Stopped reports whether the unit has no process left: inactive or failed.
+func (s UnitState) Stopped() bool {
+	return s.ActiveState == "inactive" || s.ActiveState == "failed"
+}
+
+// Running reports whether the unit is active (or reloading, which is
+// active too).
+func (s UnitState) Running() bool {
+	return s.ActiveState == "active" || s.ActiveState == "reloading"
+}
+
+func (s UnitState) String() string {
+	if s.ActiveState == "" {
+		return "unknown"
+	}
+	return s.ActiveState + "/" + s.SubState
+}
+
+// JobError is a start or stop that did not end in the wanted state. It
+// wraps ErrStartFailed or ErrStopFailed, and the cause (a context or D-Bus
+// error) if there was one.
+type JobError struct {
+	Unit      string
+	Op        string    // "start" or "stop"
+	JobResult string    // systemd's job result (done, canceled, timeout, failed, dependency, skipped), "" if none arrived
+	State     UnitState // the last state seen
+	Result    string    // the service's Result= (exit-code, signal, timeout, ...), when known
+	Killed    bool      // stop only: SIGKILL was sent to the whole cgroup
+	Err       error     // ErrStartFailed or ErrStopFailed
+	Cause     error
+}
+
+func (e *JobError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: %s %s: unit %s", e.Err, e.Op, e.Unit, e.State)
+	if e.Result != "" {
+		fmt.Fprintf(&b, " (result %s)", e.Result)
+	}
+	if e.JobResult != "" {
+		fmt.Fprintf(&b, ", job %s", e.JobResult)
+	}
+	if e.Op == "stop" {
+		fmt.Fprintf(&b, ", SIGKILL sent: %t", e.Killed)
+	}
+	if e.Cause != nil {
+		fmt.Fprintf(&b, ": %v", e.Cause)
+	}
+	return b.String()
+}
+
+func (e *JobError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Cause}
+}
+
+// RefusedError lists why a unit cannot be managed. It wraps ErrRefused.
+type RefusedError struct {
+	Unit    string
+	Reasons []string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%v: %s: %s", ErrRefused, e.Unit, strings.Join(e.Reasons, "; "))
+}
+
+func (e *RefusedError) Unwrap() error { return ErrRefused }

@@ -1,0 +1,112 @@
+package unitctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+)
+
+// Validate reads unit's effective settings and applies the management
+// rules (see the package documentation). It returns the Plan with the
+// unit's drop-in, or a *RefusedError (wrapping ErrRefused) listing every
+// rule the unit breaks.
+//
+// A unit may still carry the drop-in of an earlier run (it lives in /run
+// until reboot); Validate then sees the settings that drop-in pinned,
+// which were validated when it was written, and leaves the guard out of
+// the unit's own ExecStartPre= commands.
+func (s *Systemd) Validate(ctx context.Context, unit string, cfg Config) (*Plan, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	st, err := s.readSettings(ctx, unit)
+	if err != nil {
+		return nil, err
+	}
+	guard := (&Plan{Unit: st.ID, cfg: cfg}).guardCommand()
+	st.ExecStartPre = slices.DeleteFunc(st.ExecStartPre, func(c execCommand) bool { return sameExec(c, guard) })
+	return newPlan(st, cfg)
+}
+
+// Install writes the drop-in of every plan, has systemd reload once for
+// the whole batch, and checks that each drop-in is in effect as written.
+// It returns the units whose check failed (their drop-in stays in place:
+// the guard keeps a non-holder from starting them; Uninstall removes it)
+// and an error if the batch failed as a whole.
+func (s *Systemd) Install(ctx context.Context, plans []*Plan) (map[string]error, error) {
+	for _, p := range plans {
+		if err := writeAtomic(p.cfg.DropInPath(p.Unit), p.DropIn); err != nil {
+			return nil, fmt.Errorf("unitctl: install drop-in: %w", err)
+		}
+	}
+	if err := s.reload(ctx); err != nil {
+		return nil, err
+	}
+	failed := map[string]error{}
+	for _, p := range plans {
+		st, err := s.readSettings(ctx, p.Unit)
+		if err == nil {
+			err = p.verify(st)
+		}
+		if err != nil {
+			failed[p.Unit] = err
+		}
+	}
+	return failed, nil
+}
+
+// Uninstall removes the drop-ins of units (written with cfg) and has
+// systemd reload once. A unit without a drop-in is no error.
+func (s *Systemd) Uninstall(ctx context.Context, cfg Config, units []string) error {
+	cfg = cfg.withDefaults()
+	var errs []error
+	for _, u := range units {
+		path := cfg.DropInPath(u)
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		_ = os.Remove(filepath.Dir(path)) // only if empty
+	}
+	return errors.Join(append(errs, s.reload(ctx))...)
+}
+
+// reload is systemctl daemon-reload. A reload interrupted by a re-exec is
+// repeated; a repeated reload is harmless.
+func (s *Systemd) reload(ctx context.Context) error {
+	err := s.with(ctx, func(c *sd.Conn) error { return c.ReloadContext(ctx) })
+	if err != nil {
+		return fmt.Errorf("unitctl: daemon-reload: %w", err)
+	}
+	return nil
+}
+
+// writeAtomic writes data to path through a temporary file and a rename,
+// so systemd never reads half a drop-in.
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,177 @@
+package unitctl
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testStopWait is the stop_wait of the stop tests: SIGKILL at 1.5s.
+const testStopWait = 2 * time.Second
+
+// TestNodeStopKillsUnitIgnoringSIGTERM: a unit that ignores SIGTERM, and
+// one whose main process exits on SIGTERM while a child ignores it
+// (hashicorp/consul#2022), are both killed and inactive within stop_wait,
+// with nothing of them left. Their own TimeoutStopSec=60 would keep
+// systemd waiting: the SIGKILL is unitctl's.
+func TestNodeStopKillsUnitIgnoringSIGTERM(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	cases := []struct{ name, execStart, marker string }{
+		{"main ignores SIGTERM", `/bin/sh -c "trap '' TERM; exec sleep 86401"`, "sleep 86401"},
+		{"child outlives main", `/bin/sh -c "(trap '' TERM; exec sleep 86402) & exec sleep infinity"`, "sleep 86402"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			unit := fmt.Sprintf("ul-stop-kill-%d.service", i)
+			installUnits(t, map[string]string{unit: "[Service]\nExecStart=" + c.execStart + "\nTimeoutStopSec=60\n"})
+			if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, c.marker+" running", func() bool { return len(processesWith(c.marker)) == 1 })
+
+			start := time.Now()
+			err := s.Stop(ctxFor(t, time.Minute), unit, testStopWait)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			t.Logf("stopped in %v (SIGKILL due at %v)", took.Round(time.Millisecond), testStopWait-KillMargin(testStopWait))
+			if took > testStopWait || took < testStopWait-KillMargin(testStopWait) {
+				t.Errorf("Stop took %v: want the SIGKILL at %v and inactive by %v", took, testStopWait-KillMargin(testStopWait), testStopWait)
+			}
+			if st := show(t, unit, "ActiveState"); st != "inactive" && st != "failed" {
+				t.Errorf("ActiveState after Stop: %s", st)
+			}
+			if left := processesWith(c.marker); len(left) > 0 {
+				t.Errorf("processes left after Stop: %v", left)
+			}
+		})
+	}
+}
+
+// TestNodeStopFailsWhenKillDoesNotWork plays a process that even SIGKILL
+// does not end (a task stuck in the kernel, which a container cannot
+// make) by sending SIGCONT in place of SIGKILL: Stop must return
+// ErrStopFailed when stop_wait runs out, not sooner and not much later.
+func TestNodeStopFailsWhenKillDoesNotWork(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	s.killSignal = int32(syscall.SIGCONT)
+	unit := "ul-stop-unkillable.service"
+	installUnits(t, map[string]string{unit: "[Service]\nExecStart=/bin/sh -c \"trap '' TERM; exec sleep 86403\"\nTimeoutStopSec=60\n"})
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "sleep 86403 running", func() bool { return len(processesWith("sleep 86403")) == 1 })
+	start := time.Now()
+	err := s.Stop(ctxFor(t, time.Minute), unit, testStopWait)
+	took := time.Since(start)
+	var je *JobError
+	if !errors.Is(err, ErrStopFailed) || !errors.As(err, &je) {
+		t.Fatalf("Stop = %v, want ErrStopFailed", err)
+	}
+	t.Logf("Stop: %v after %v", err, took.Round(time.Millisecond))
+	if !je.Killed || je.State.Stopped() {
+		t.Errorf("JobError %+v: want the kill sent and the unit not stopped", je)
+	}
+	if took < testStopWait || took > testStopWait+200*time.Millisecond {
+		t.Errorf("Stop returned after %v, want at stop_wait %v", took, testStopWait)
+	}
+	systemctl(t, "kill", "-s", "KILL", unit)
+	waitState(t, s, unit, 5*time.Second, "inactive", "failed")
+}
+
+// TestNodeStopUnconfirmedWhileBusHangs: while the system bus does not
+// answer (dbus-daemon stopped), Stop cannot confirm anything and must say
+// so when stop_wait runs out, never report the unit stopped. Not parallel:
+// every other test would hang with the bus.
+func TestNodeStopUnconfirmedWhileBusHangs(t *testing.T) {
+	s := dialNode(t, Options{})
+	unit := "ul-stop-bus-hangs.service"
+	installUnits(t, map[string]string{unit: "[Service]\nExecStart=/bin/sleep infinity\n"})
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatal(err)
+	}
+	bus := show(t, "dbus.service", "MainPID")
+	systemctl(t, "kill", "-s", "STOP", "dbus.service")
+	resumed := false
+	resume := func() {
+		if !resumed {
+			systemctl(t, "kill", "-s", "CONT", "dbus.service")
+			resumed = true
+		}
+	}
+	defer resume()
+	err := s.Stop(ctxFor(t, time.Minute), unit, testStopWait)
+	resume()
+	if !errors.Is(err, ErrStopFailed) {
+		t.Fatalf("Stop while the bus (PID %s) hangs = %v, want ErrStopFailed", bus, err)
+	}
+	t.Logf("Stop: %v", err)
+	if err := s.Stop(ctxFor(t, time.Minute), unit, 5*time.Second); err != nil {
+		t.Fatalf("Stop once the bus answers again: %v", err)
+	}
+}
+
+// TestNodeStopAndStartEdges: stopping what is not running, or does not
+// exist, is confirmed at once; starting what runs is a success.
+func TestNodeStopAndStartEdges(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	unit := "ul-edges.service"
+	installUnits(t, map[string]string{unit: "[Service]\nExecStart=/bin/sleep infinity\n"})
+	ctx := ctxFor(t, 30*time.Second)
+	for _, u := range []string{unit, "ul-does-not-exist.service"} {
+		if err := s.Stop(ctx, u, testStopWait); err != nil {
+			t.Errorf("Stop(%s) while inactive: %v", u, err)
+		}
+	}
+	for range 2 {
+		if err := s.Start(ctx, unit); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+	}
+	if st, err := s.ActiveState(ctx, unit); err != nil || st != "active" {
+		t.Errorf("ActiveState = %q, %v", st, err)
+	}
+	if err := s.Stop(ctx, unit, testStopWait); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.ActiveState(ctx, unit); err != nil || st != "inactive" {
+		t.Errorf("ActiveState after Stop = %q, %v", st, err)
+	}
+	err := s.Start(ctx, "ul-does-not-exist.service")
+	if !errors.Is(err, ErrStartFailed) {
+		t.Errorf("Start of a unit that does not exist = %v, want ErrStartFailed", err)
+	}
+}
+
+// TestNodeStartAfterStartLimit: starts refused elsewhere (here: two
+// starts and a third refused by StartLimitBurst=2) do not keep Start from
+// starting the unit.
+func TestNodeStartAfterStartLimit(t *testing.T) {
+	// Not parallel: a daemon-reload by another test between the starts
+	// resets systemd's start counter and lets the third start through.
+	s := dialNode(t, Options{})
+	unit := "ul-start-limit.service"
+	installUnits(t, map[string]string{unit: "[Unit]\nStartLimitBurst=2\nStartLimitIntervalSec=1h\n" + plainService})
+	holdUnitLoaded(t, unit) // an inactive unit that is unloaded forgets its starts
+	for range 2 {
+		systemctl(t, "start", unit)
+		systemctl(t, "stop", unit)
+	}
+	if err := exec.Command("systemctl", "start", unit).Run(); err == nil {
+		t.Fatal("the third start within StartLimitBurst=2 succeeded")
+	}
+	if got := show(t, unit, "Result"); got != "start-limit-hit" {
+		t.Fatalf("Result=%s, want start-limit-hit", got)
+	}
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatalf("Start after the start limit: %v", err)
+	}
+}

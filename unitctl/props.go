@@ -1,0 +1,139 @@
+package unitctl
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+)
+
+// states reads the state of units in one call. A unit systemd does not
+// know reads as inactive.
+func (s *Systemd) states(ctx context.Context, units ...string) (map[string]UnitState, error) {
+	var list []sd.UnitStatus
+	err := s.with(ctx, func(c *sd.Conn) (err error) {
+		list, err = c.ListUnitsByNamesContext(ctx, units)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]UnitState, len(list))
+	for _, u := range list {
+		out[u.Name] = UnitState{ActiveState: u.ActiveState, SubState: u.SubState, JobID: u.JobId, JobType: u.JobType}
+	}
+	return out, nil
+}
+
+// state reads the state of one unit.
+func (s *Systemd) state(ctx context.Context, unit string) (UnitState, error) {
+	m, err := s.states(ctx, unit)
+	if err != nil {
+		return UnitState{}, err
+	}
+	if st, ok := m[unit]; ok {
+		return st, nil
+	}
+	for _, st := range m { // reported under another of its names
+		return st, nil
+	}
+	return UnitState{}, fmt.Errorf("unitctl: systemd did not report %s", unit)
+}
+
+// ActiveState returns the unit's ActiveState: active, reloading, inactive,
+// failed, activating or deactivating.
+func (s *Systemd) ActiveState(ctx context.Context, unit string) (string, error) {
+	st, err := s.state(ctx, unit)
+	return st.ActiveState, err
+}
+
+// State returns the unit's ActiveState, SubState and queued job.
+func (s *Systemd) State(ctx context.Context, unit string) (UnitState, error) {
+	return s.state(ctx, unit)
+}
+
+// serviceResult reads a service's Result= (success, exit-code, signal,
+// timeout, ...), for error messages; "" if it cannot be read.
+func (s *Systemd) serviceResult(ctx context.Context, unit string) string {
+	if !strings.HasSuffix(unit, ".service") {
+		return ""
+	}
+	var p *sd.Property
+	err := s.with(ctx, func(c *sd.Conn) (err error) {
+		p, err = c.GetServicePropertyContext(ctx, unit, "Result")
+		return err
+	})
+	if err != nil {
+		return ""
+	}
+	r, _ := p.Value.Value().(string)
+	return r
+}
+
+// unitProperty reads one property of the Unit interface.
+func (s *Systemd) unitProperty(ctx context.Context, unit, name string) (dbus.Variant, error) {
+	var p *sd.Property
+	err := s.with(ctx, func(c *sd.Conn) (err error) {
+		p, err = c.GetUnitPropertyContext(ctx, unit, name)
+		return err
+	})
+	if err != nil {
+		return dbus.Variant{}, err
+	}
+	return p.Value, nil
+}
+
+// readSettings reads what validation and verification need, from the Unit
+// and Service interfaces.
+func (s *Systemd) readSettings(ctx context.Context, unit string) (settings, error) {
+	var u, svc map[string]any
+	err := s.with(ctx, func(c *sd.Conn) (err error) {
+		u, err = c.GetUnitPropertiesContext(ctx, unit)
+		if err == nil && strings.HasSuffix(unit, ".service") {
+			svc, err = c.GetUnitTypePropertiesContext(ctx, unit, "Service")
+		}
+		return err
+	})
+	if err != nil {
+		return settings{}, fmt.Errorf("unitctl: read the settings of %s: %w", unit, err)
+	}
+	st := settings{
+		ID: str(u, "Id"), LoadState: str(u, "LoadState"), UnitFileState: str(u, "UnitFileState"),
+		FragmentPath: str(u, "FragmentPath"), DropInPaths: strs(u, "DropInPaths"),
+		WantedBy: strs(u, "WantedBy"), RequiredBy: strs(u, "RequiredBy"),
+		UpheldBy: strs(u, "UpheldBy"), TriggeredBy: strs(u, "TriggeredBy"),
+		BindsTo: strs(u, "BindsTo"), After: strs(u, "After"),
+		RefuseManualStart: boolean(u, "RefuseManualStart"), RefuseManualStop: boolean(u, "RefuseManualStop"),
+		Type: str(svc, "Type"), RemainAfterExit: boolean(svc, "RemainAfterExit"),
+		KillMode: str(svc, "KillMode"), SendSIGKILL: boolean(svc, "SendSIGKILL"),
+		TimeoutStopUSec: u64(svc, "TimeoutStopUSec"),
+	}
+	if v, ok := svc["ExecStartPreEx"]; ok {
+		if err := dbus.Store([]any{v}, &st.ExecStartPre); err != nil {
+			return settings{}, fmt.Errorf("unitctl: %s: ExecStartPreEx: %w", unit, err)
+		}
+	}
+	return st, nil
+}
+
+func str(m map[string]any, k string) string {
+	v, _ := m[k].(string)
+	return v
+}
+
+func strs(m map[string]any, k string) []string {
+	v, _ := m[k].([]string)
+	return v
+}
+
+func boolean(m map[string]any, k string) bool {
+	v, _ := m[k].(bool)
+	return v
+}
+
+func u64(m map[string]any, k string) uint64 {
+	v, _ := m[k].(uint64)
+	return v
+}

@@ -1,0 +1,141 @@
+package unitctl
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+)
+
+// Start starts unit and returns nil once systemd reports it active (or
+// reloading) with our start job finished: its job result arrived as
+// "done", or, as a backstop for a JobRemoved that never comes
+// (coreos/fleet#903), a re-read shows it active with no job queued.
+//
+// A job result other than "done", or a unit left inactive or failed, is a
+// *JobError wrapping ErrStartFailed with the job result, the state and the
+// service's Result=. Start has no deadline of its own: bound it with ctx.
+// If ctx ends first the start job goes on in systemd; stop the unit to be
+// sure it is not running. Lost connections and systemd re-executing are
+// retried, never reported as a result.
+//
+// A unit that hit its start rate limit (StartLimitBurst=, Result
+// start-limit-hit) has its failed state reset and is started once more:
+// starts refused by the guard on a node without the lease count against
+// that limit, and must not keep the node that acquired it from starting.
+func (s *Systemd) Start(ctx context.Context, unit string) error {
+	s.setIntent(unit, intentRunning)
+	w := s.watchers.add(unit)
+	defer s.watchers.remove(w)
+	err := s.startOnce(ctx, unit, w)
+	var je *JobError
+	if errors.As(err, &je) && je.Result == "start-limit-hit" {
+		s.opts.Logf("unitctl: %s hit its start rate limit; resetting it and starting once more", unit)
+		if rerr := s.with(ctx, func(c *sd.Conn) error { return c.ResetFailedUnitContext(ctx, unit) }); rerr != nil {
+			return err
+		}
+		err = s.startOnce(ctx, unit, w)
+	}
+	return err
+}
+
+func (s *Systemd) startOnce(ctx context.Context, unit string, w *watcher) error {
+	st := &starting{s: s, unit: unit, w: w}
+	done, err := st.run(ctx)
+	if done {
+		return nil
+	}
+	je := &JobError{Unit: unit, Op: "start", JobResult: st.jobResult, State: st.state, Err: ErrStartFailed, Cause: err}
+	if ctx.Err() != nil {
+		je.Err = ctx.Err()
+		return je
+	}
+	je.Result = s.serviceResult(ctx, unit)
+	return je
+}
+
+// starting is one Start in progress.
+type starting struct {
+	s         *Systemd
+	unit      string
+	w         *watcher
+	job       chan string
+	jobResult string
+	state     UnitState
+}
+
+// run reports whether the unit started; an error says why waiting ended
+// otherwise (nil when systemd answered with failure).
+func (st *starting) run(ctx context.Context) (bool, error) {
+	st.job = make(chan string, 1) // buffered: an unread result stalls go-systemd's signals
+	err := st.s.with(ctx, func(c *sd.Conn) error {
+		_, err := c.StartUnitContext(ctx, st.unit, "replace", st.job)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	poll := st.s.ticker()
+	defer poll.Stop()
+	for {
+		st.state, err = st.s.state(ctx, st.unit)
+		if err != nil {
+			return false, err
+		}
+		if ok, over := st.outcome(); over {
+			if !ok {
+				st.awaitJobResult(ctx)
+			}
+			return ok, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case r := <-st.job:
+			st.jobResult = r
+		case <-st.w.changes:
+			drain(st.w.changes)
+		case <-st.w.resync:
+		case <-poll.C:
+		}
+	}
+}
+
+// outcome decides from the job result (if it arrived) and the state just
+// read.
+func (st *starting) outcome() (started, over bool) {
+	switch {
+	case st.jobResult == "done":
+		return st.state.Running(), true
+	case st.jobResult != "":
+		return false, true
+	case st.state.JobID != 0:
+		return false, false // our job (or one that replaced it) is still queued
+	case st.state.Running():
+		return true, true
+	case st.state.Stopped():
+		return false, true // the job ended and its result was lost
+	}
+	return false, false
+}
+
+// jobResultGrace bounds the wait for the result of a job that systemd has
+// already removed, for the error message.
+const jobResultGrace = 250 * time.Millisecond
+
+// awaitJobResult waits briefly for the job result after the state showed
+// the job gone: JobRemoved was sent before that answer, on the other
+// connection.
+func (st *starting) awaitJobResult(ctx context.Context) {
+	if st.jobResult != "" {
+		return
+	}
+	t := time.NewTimer(jobResultGrace)
+	defer t.Stop()
+	select {
+	case st.jobResult = <-st.job:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,169 @@
+package unitctl
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+)
+
+// Stop stops unit and returns nil only once systemd reports it inactive or
+// failed with no job queued: every process of its cgroup is gone.
+//
+// It queues a stop job ("replace": it cancels a queued start), then waits
+// on events, the job result and a periodic re-read. If the unit is not
+// stopped KillMargin(stopWait) before stopWait runs out, it sends SIGKILL
+// to the whole cgroup, and again whenever the unit moves on while still
+// not stopped (an ExecStopPost= command is a new process). If stopWait
+// runs out without confirmation it returns a *JobError wrapping
+// ErrStopFailed. Any error means the stop is not confirmed and the caller
+// must not release the lease; if ctx ends first the error wraps ctx's
+// error. A stop job queued by someone else that replaces ours is answered
+// with a new stop job. Lost connections and systemd re-executing are
+// retried within stopWait, never reported as a stop.
+func (s *Systemd) Stop(ctx context.Context, unit string, stopWait time.Duration) error {
+	s.setIntent(unit, intentStopped)
+	w := s.watchers.add(unit)
+	defer s.watchers.remove(w)
+	wctx, cancel := context.WithTimeout(ctx, stopWait)
+	defer cancel()
+	st := &stopping{s: s, unit: unit, w: w, killAt: time.Now().Add(stopWait - KillMargin(stopWait))}
+	err := st.run(wctx)
+	if err == nil {
+		return nil
+	}
+	sentinel := ErrStopFailed
+	if ctx.Err() != nil {
+		sentinel = ctx.Err()
+	}
+	return &JobError{Unit: unit, Op: "stop", JobResult: st.jobResult, State: st.state, Killed: st.killed, Err: sentinel, Cause: err}
+}
+
+// stopping is one Stop in progress.
+type stopping struct {
+	s         *Systemd
+	unit      string
+	w         *watcher
+	job       chan string // result of the queued stop job; nil once it arrived
+	jobResult string
+	state     UnitState
+	killAt    time.Time
+	killed    bool
+}
+
+func (st *stopping) run(ctx context.Context) error {
+	if err := st.issue(ctx); err != nil {
+		return st.issueFailed(ctx, err)
+	}
+	kill := time.NewTimer(time.Until(st.killAt))
+	defer kill.Stop()
+	poll := st.s.ticker()
+	defer poll.Stop()
+	for {
+		if err := st.refresh(ctx); err != nil {
+			return err
+		}
+		if st.state.Stopped() && st.state.JobID == 0 {
+			return nil
+		}
+		if st.job == nil { // our job ended, yet the unit runs or a start is queued
+			if err := st.issue(ctx); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case r := <-st.job:
+			st.jobResult, st.job = r, nil
+		case <-st.w.changes:
+			drain(st.w.changes)
+		case <-st.w.resync:
+		case <-poll.C:
+		case <-kill.C:
+			st.kill(ctx)
+		}
+	}
+}
+
+// issue queues a stop job. Its result channel is buffered: go-systemd
+// blocks every signal of the connection until a result is taken.
+func (st *stopping) issue(ctx context.Context) error {
+	job := make(chan string, 1)
+	err := st.s.with(ctx, func(c *sd.Conn) error {
+		_, err := c.StopUnitContext(ctx, st.unit, "replace", job)
+		return err
+	})
+	if err == nil {
+		st.job = job
+	}
+	return err
+}
+
+// issueFailed decides after systemd refused the stop job: a unit it does
+// not know (or cannot load) is stopped all the same.
+func (st *stopping) issueFailed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	if rerr := st.refresh(ctx); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	if st.state.Stopped() && st.state.JobID == 0 {
+		return nil
+	}
+	return err
+}
+
+// refresh re-reads the state. Before the kill, the read gives up at the
+// kill time, so that a hung systemd does not delay the SIGKILL; the loop
+// then sends it. After the kill, a change of state that is not yet
+// stopped gets another SIGKILL.
+func (st *stopping) refresh(ctx context.Context) error {
+	rctx := ctx
+	if !st.killed {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(ctx, st.killAt)
+		defer cancel()
+	}
+	prev := st.state
+	state, err := st.s.state(rctx, st.unit)
+	switch {
+	case err == nil:
+		st.state = state
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case rctx.Err() != nil:
+		return nil // kill time: the loop kills, then reads again
+	default:
+		return err
+	}
+	if st.killed && !state.Stopped() && state != prev {
+		st.kill(ctx)
+	}
+	return nil
+}
+
+// kill sends SIGKILL to every process of the unit's cgroup. An error (no
+// process left, for one) is not a result: the state decides.
+func (st *stopping) kill(ctx context.Context) {
+	st.killed = true
+	err := st.s.with(ctx, func(c *sd.Conn) error {
+		return c.KillUnitWithTarget(ctx, st.unit, sd.All, st.s.killSignal)
+	})
+	if err != nil {
+		st.s.opts.Logf("unitctl: SIGKILL to %s: %v", st.unit, err)
+	}
+}
+
+// drain empties ch without blocking.
+func drain[T any](ch <-chan T) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package unitctl
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Controller is what the daemon needs from systemd for one unit. Systemd
+// implements it; fakes of the daemon's tests do too.
+type Controller interface {
+	Start(ctx context.Context, unit string) error
+	Stop(ctx context.Context, unit string, stopWait time.Duration) error
+	ActiveState(ctx context.Context, unit string) (string, error)
+}
+
+var _ Controller = (*Systemd)(nil)
+
+// Options configure a Systemd.
+type Options struct {
+	// Private talks to systemd over its private socket
+	// (/run/systemd/private, root only) instead of the system bus. It
+	// needs no dbus-daemon, but systemd drops the connection on every
+	// re-exec; Systemd re-dials. By default the system bus is used, and
+	// the private socket only if the bus cannot be reached (as root).
+	Private bool
+
+	// PollInterval is how often a wait re-reads the unit's state even
+	// without an event (a backstop: JobRemoved may never arrive,
+	// coreos/fleet#903). Default 1s.
+	PollInterval time.Duration
+
+	// Logf receives reconnects and retried errors. Default: discard.
+	Logf func(format string, args ...any)
+}
+
+// Systemd controls units over D-Bus. Every method may be called from any
+// goroutine. A lost connection (D-Bus NoReply, a daemon-reexec, a closed
+// socket) is re-dialled with a bounded backoff and the state re-read; it
+// is never reported as a result.
+type Systemd struct {
+	opts Options
+
+	mu      sync.Mutex
+	link    *link // nil until dialled, or after it was found broken
+	closed  bool
+	dialled bool       // a link was made before: the next one is a reconnect
+	dialMu  sync.Mutex // one dial at a time
+	intents map[string]intent
+
+	killSignal int32 // SIGKILL; tests swap in a harmless signal to play an unkillable process
+
+	watchers watchers
+	reloads  reloads
+	life     context.Context // the links' context: godbus closes a connection when it ends
+	done     context.CancelFunc
+}
+
+// Dial connects to systemd and subscribes to its unit events.
+func Dial(ctx context.Context, opts Options) (*Systemd, error) {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Second
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	s := &Systemd{
+		opts:       opts,
+		intents:    map[string]intent{},
+		killSignal: int32(syscall.SIGKILL),
+		watchers:   watchers{set: map[*watcher]bool{}},
+		reloads:    reloads{set: map[chan struct{}]bool{}},
+	}
+	s.life, s.done = context.WithCancel(context.Background())
+	if _, err := s.connection(ctx); err != nil {
+		s.done()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the connections. Waits in progress end with ErrClosed or
+// their context's error.
+func (s *Systemd) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.done()
+	if s.link != nil {
+		s.link.close()
+		s.link = nil
+	}
+	return nil
+}
+
+// connection returns the current link, dialling a new one if there is
+// none or it broke.
+func (s *Systemd) connection(ctx context.Context) (*link, error) {
+	s.dialMu.Lock()
+	defer s.dialMu.Unlock()
+	s.mu.Lock()
+	l, closed := s.link, s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if l != nil && l.connected() {
+		return l, nil
+	}
+	l, err := s.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		l.close()
+		return nil, ErrClosed
+	}
+	if s.link != nil {
+		s.link.close()
+	}
+	reconnect := s.dialled
+	if reconnect {
+		s.opts.Logf("unitctl: reconnected to systemd")
+	}
+	s.link, s.dialled = l, true
+	go s.pump(l)
+	s.watchers.resyncAll() // events may have been lost while disconnected
+	if reconnect {
+		s.reloads.notify() // a re-exec reloads units too
+	}
+	return l, nil
+}
+
+// forget drops l if it is still the current link and has broken, so that
+// the next call dials again.
+func (s *Systemd) forget(l *link) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.link == l && !l.connected() {
+		l.close()
+		s.link = nil
+	}
+}
+
+// pump fans the unit events of one link out to the watchers until the
+// link closes; then the watchers re-read, as events may have been missed
+// before the next link subscribes.
+func (s *Systemd) pump(l *link) {
+	for sig := range l.signals {
+		if unit, props, ok := unitChange(sig); ok {
+			s.watchers.deliver(unit, props)
+		} else if reloaded(sig) {
+			s.reloads.notify()
+		}
+	}
+	s.watchers.resyncAll()
+}
