@@ -1,0 +1,142 @@
+// Command unitlease keeps one copy of a systemd unit running across a group
+// of machines. See unitlease(8).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/config"
+	"github.com/unitlease/unitlease/internal/daemon"
+	"github.com/unitlease/unitlease/internal/logging"
+)
+
+const usage = `usage: unitlease COMMAND [ARGS]
+
+  run [--config FILE]             the daemon (what unitlease.service runs)
+  status [--json] [-w]            this node's units and the cluster's view
+  handoff LEASE|UNIT              stop here, release, and wait for a peer to take over
+  check [--config FILE]           validate configuration, annotations, units and Redis
+  guard UNIT                      ExecStartPre= of managed units: fail unless this node may start UNIT
+  reset [--config FILE] LEASE     replace a lease key holding garbage with a released record
+  version                         print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmds := map[string]func([]string, io.Writer, io.Writer) int{
+		"run": cmdRun, "status": cmdStatus, "handoff": cmdHandoff, "check": cmdCheck,
+		"guard": cmdGuard, "reset": cmdReset, "version": cmdVersion,
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "unitlease: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	return cmd(args[1:], stdout, stderr)
+}
+
+// flags parses a command's flags; a parse error prints to stderr.
+func flags(name string, args []string, stderr io.Writer, define func(*flag.FlagSet)) (*flag.FlagSet, bool) {
+	fs := flag.NewFlagSet("unitlease "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	define(fs)
+	return fs, fs.Parse(args) == nil
+}
+
+func cmdVersion(_ []string, stdout, _ io.Writer) int {
+	fmt.Fprintln(stdout, "unitlease", daemon.Version)
+	return 0
+}
+
+func cmdRun(args []string, _, stderr io.Writer) int {
+	var path string
+	fs, ok := flags("run", args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
+	})
+	if !ok || fs.NArg() > 0 {
+		return 2
+	}
+	log := logging.New(slog.LevelInfo)
+	cfg, err := config.Load(path)
+	if err != nil {
+		log.Error("not starting: "+err.Error(), logging.Event, "config_error")
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := daemon.Run(ctx, cfg, log, daemon.RunOptions{}); err != nil {
+		log.Error("exiting: "+err.Error(), logging.Event, "daemon_error")
+		return 1
+	}
+	return 0
+}
+
+func cmdGuard(args []string, _, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: unitlease guard UNIT")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := daemon.Dial(daemon.SocketPath).Guard(ctx, args[0]); err != nil {
+		fmt.Fprintln(stderr, "unitlease guard: refusing to start", args[0]+":", err)
+		return 1
+	}
+	return 0
+}
+
+func cmdHandoff(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: unitlease handoff LEASE|UNIT")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := daemon.Dial(daemon.SocketPath).Handoff(ctx, args[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlease handoff:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "lease %s is now held by %s (version %d)\n", res.Lease, res.Holder, res.Version)
+	return 0
+}
+
+func cmdReset(args []string, stdout, stderr io.Writer) int {
+	var path string
+	fs, ok := flags("reset", args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
+	})
+	if !ok || fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: unitlease reset [--config FILE] LEASE")
+		return 2
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlease reset:", err)
+		return 1
+	}
+	if err := resetGarbage(cfg, fs.Arg(0), stdout); err != nil {
+		fmt.Fprintln(stderr, "unitlease reset:", err)
+		return 1
+	}
+	return 0
+}
+
+var errNotGarbage = errors.New("holds a valid record; reset only replaces a value that is not one (use `unitlease handoff` to move a lease)")

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/daemon"
+)
+
+func cmdStatus(args []string, stdout, stderr io.Writer) int {
+	var asJSON, watch bool
+	fs, ok := flags("status", args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+		fs.BoolVar(&watch, "w", false, "print again every second until interrupted")
+	})
+	if !ok || fs.NArg() > 0 {
+		return 2
+	}
+	client := daemon.Dial(daemon.SocketPath)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		snap, err := client.Status(ctx)
+		cancel()
+		if err != nil {
+			fmt.Fprintln(stderr, "unitlease status:", err)
+			return 1
+		}
+		if watch && !asJSON && isTerminal(stdout) {
+			fmt.Fprint(stdout, "\033[H\033[2J")
+		}
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(snap)
+		} else {
+			printStatus(stdout, snap)
+		}
+		if !watch {
+			return 0
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// printStatus writes the tables, in the manner of `patronictl list`.
+func printStatus(w io.Writer, s daemon.Snapshot) {
+	fmt.Fprintf(w, "Node %s (lease span %v, retry %v, renew deadline %v, stop wait %v)\n",
+		s.Node, s.Timing.LeaseSpan, s.Timing.Retry, s.Timing.RenewDeadline, s.Timing.StopWait)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LEASE\tUNIT\tNODE\tROLE\tHOLDER\tVERSION\tLEASE AGE\tDEADLINE LEFT\tUNIT STATE\tREASON")
+	for _, l := range s.Leases {
+		for i, u := range l.Units {
+			state := "?"
+			if i < len(l.UnitStates) {
+				state = l.UnitStates[i]
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Lease, u, l.Node, l.Role,
+				dash(l.Holder), version(l.Version), round(l.LeaseAge), deadline(l), state, dash(l.Reason))
+		}
+	}
+	if len(s.Leases) == 0 {
+		fmt.Fprintln(tw, "(no annotated units on this node)")
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nCluster (Redis):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LEASE\tSTATE\tHOLDER\tVERSION\tWATCHERS")
+	for _, c := range s.Cluster {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", c.Lease, c.State, dash(c.Holder), version(c.Version), c.Watchers)
+	}
+	tw.Flush()
+	for _, e := range s.Errors {
+		fmt.Fprintln(w, "error:", e)
+	}
+}
+
+func deadline(l daemon.Status) string {
+	if !l.Holding {
+		return "-"
+	}
+	return round(l.DeadlineLeft)
+}
+
+func round(d time.Duration) string { return d.Round(100 * time.Millisecond).String() }
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.ReplaceAll(s, "\t", " ")
+}
+
+func version(v uint64) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(v, 10)
+}

@@ -1,0 +1,314 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/config"
+	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/policy"
+	"github.com/unitlease/unitlease/redislease"
+	"github.com/unitlease/unitlease/unitctl"
+)
+
+// Systemd is what the daemon needs of unitctl.
+type Systemd interface {
+	unitctl.Controller
+	Discover(ctx context.Context, extra ...string) ([]unitctl.Annotation, []error)
+	Validate(ctx context.Context, unit string, cfg unitctl.Config) (*unitctl.Plan, error)
+	Install(ctx context.Context, plans []*unitctl.Plan) (map[string]error, error)
+	Uninstall(ctx context.Context, cfg unitctl.Config, units []string) error
+	Watch(ctx context.Context, units []string, interval time.Duration) <-chan unitctl.Event
+}
+
+// LeaseStore is what the daemon needs of redislease beyond a supervisor's
+// Store.
+type LeaseStore interface {
+	Store
+	Watchers(ctx context.Context, name string) (int, error)
+	Wakeups(ctx context.Context, leases []string) <-chan redislease.Wake
+	List(ctx context.Context) ([]redislease.Entry, error)
+	Durability(ctx context.Context) redislease.Durability
+}
+
+// Daemon runs the supervisors of every annotated unit on this node.
+type Daemon struct {
+	cfg    *config.Config
+	log    *slog.Logger
+	store  LeaseStore
+	sd     Systemd
+	ucfg   unitctl.Config
+	clock  Clock
+	notify func(string)
+
+	mu       sync.Mutex
+	sups     map[string]*running // by lease
+	problems []string            // config errors of the last discovery
+	watchers context.CancelFunc  // the wake-up and unit watches of the current set
+}
+
+type running struct {
+	sup    *Supervisor
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a daemon; Run starts it.
+func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Systemd, ucfg unitctl.Config, notify func(string)) *Daemon {
+	ucfg.StopWait = cfg.Timing.StopWait
+	return &Daemon{cfg: cfg, log: log.With(logging.Node, cfg.Node), store: store, sd: sd, ucfg: ucfg,
+		clock: MonotonicClock(), notify: notify, sups: map[string]*running{}}
+}
+
+// Reload discovers the annotated units and brings the supervisors in line:
+// a new lease gets a supervisor, a removed one is handed off, released and
+// unmanaged. Bad annotations and refused units are logged as config_error
+// and left unmanaged; the rest keep working.
+func (d *Daemon) Reload(ctx context.Context) {
+	groups, problems := d.discover(ctx)
+	d.mu.Lock()
+	d.problems = problems
+	current := map[string][]string{}
+	for lease, r := range d.sups {
+		current[lease] = r.sup.Units
+	}
+	d.mu.Unlock()
+	for lease, units := range current {
+		if want, ok := groups[lease]; !ok || !slices.Equal(want, units) {
+			d.remove(ctx, lease)
+		}
+	}
+	var added []string
+	for lease, units := range groups {
+		if cur, ok := current[lease]; !ok || !slices.Equal(cur, units) {
+			added = append(added, lease)
+		}
+	}
+	d.install(ctx, groups, added)
+	d.rewatch(ctx)
+	d.notify("STATUS=" + d.summary())
+}
+
+// discover returns the units to manage, grouped by lease, and logs every
+// problem.
+func (d *Daemon) discover(ctx context.Context) (map[string][]string, []string) {
+	anns, errs := d.sd.Discover(ctx)
+	var problems []string
+	for _, err := range errs {
+		problems = append(problems, d.configError(err, ""))
+	}
+	groups := map[string][]string{}
+	for _, a := range anns {
+		groups[a.Lease] = append(groups[a.Lease], a.Unit)
+	}
+	for lease, units := range groups {
+		slices.Sort(units)
+		groups[lease] = units
+	}
+	return groups, problems
+}
+
+func (d *Daemon) configError(err error, unit string) string {
+	var ae *unitctl.AnnotationError
+	if errors.As(err, &ae) {
+		unit = ae.Unit
+	}
+	d.log.Error(err.Error(), logging.Event, "config_error", logging.Unit, unit)
+	return err.Error()
+}
+
+// install validates the units of the added leases, writes their drop-ins
+// in one batch with one daemon-reload, and starts a supervisor for every
+// lease whose units all passed.
+func (d *Daemon) install(ctx context.Context, groups map[string][]string, added []string) {
+	var plans []*unitctl.Plan
+	refused := map[string]bool{}
+	for _, lease := range added {
+		for _, u := range groups[lease] {
+			p, err := d.sd.Validate(ctx, u, d.ucfg)
+			if err != nil {
+				d.problem(d.configError(err, u))
+				refused[lease] = true
+				continue
+			}
+			for _, w := range p.Warnings {
+				d.log.Warn(u+": "+w, logging.Event, "unit_warning", logging.Unit, u)
+			}
+			plans = append(plans, p)
+		}
+	}
+	if len(plans) == 0 {
+		return // no reload: Install of nothing would still reload, and wake this again
+	}
+	failed, err := d.sd.Install(ctx, plans)
+	if err != nil {
+		d.problem(d.configError(err, ""))
+		return
+	}
+	for u, err := range failed {
+		d.problem(d.configError(err, u))
+		for lease, units := range groups {
+			if slices.Contains(units, u) {
+				refused[lease] = true
+			}
+		}
+	}
+	for _, lease := range added {
+		if !refused[lease] {
+			d.add(ctx, lease, groups[lease])
+		}
+	}
+}
+
+func (d *Daemon) problem(p string) {
+	d.mu.Lock()
+	d.problems = append(d.problems, p)
+	d.mu.Unlock()
+}
+
+// add starts a supervisor; its first step stops the units (rule 6).
+func (d *Daemon) add(ctx context.Context, lease string, units []string) {
+	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64()})
+	if err != nil {
+		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
+		return
+	}
+	sup := NewSupervisor(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait}, d.clock, d.log)
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r := &running{sup: sup, cancel: cancel, done: make(chan struct{})}
+	d.mu.Lock()
+	d.sups[lease] = r
+	d.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		sup.Run(sctx)
+	}()
+}
+
+// remove hands a lease off if this node holds it, waits until it no
+// longer does, then ends its supervisor and removes the drop-ins.
+func (d *Daemon) remove(ctx context.Context, lease string) {
+	d.mu.Lock()
+	r := d.sups[lease]
+	d.mu.Unlock()
+	if r == nil {
+		return
+	}
+	d.relinquish(ctx, r.sup)
+	r.cancel()
+	<-r.done
+	d.mu.Lock()
+	delete(d.sups, lease)
+	d.mu.Unlock()
+	if err := d.sd.Uninstall(ctx, d.ucfg, r.sup.Units); err != nil {
+		d.log.Warn("removing drop-ins: "+err.Error(), logging.Lease, lease)
+	}
+	d.log.Info(fmt.Sprintf("%s: no longer managed (lease %s)", strings.Join(r.sup.Units, ", "), lease),
+		logging.Event, "unmanaged", logging.Lease, lease, logging.Unit, strings.Join(r.sup.Units, " "))
+}
+
+// relinquish stops the units and releases the lease if this node holds
+// it, and returns once it does not (or the stop failed for good).
+func (d *Daemon) relinquish(ctx context.Context, s *Supervisor) {
+	if !s.Holding() {
+		return
+	}
+	s.Handoff(ctx)
+	d.waitFor(ctx, func() bool { return !s.Holding() || s.Status().Role == policy.StopFailed.String() })
+}
+
+// waitFor polls cond until it holds or ctx ends. The supervisors publish
+// their state after every step; a tenth of a second is quick enough for
+// an operator and cheap.
+func (d *Daemon) waitFor(ctx context.Context, cond func() bool) bool {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// Shutdown stops every unit this node runs, waits for inactive, releases
+// and returns: what SIGTERM does.
+func (d *Daemon) Shutdown(ctx context.Context) {
+	d.notify("STOPPING=1")
+	var wg sync.WaitGroup
+	for _, r := range d.running() {
+		wg.Go(func() { d.relinquish(ctx, r.sup) })
+	}
+	wg.Wait()
+	for _, r := range d.running() {
+		r.cancel()
+		<-r.done
+	}
+}
+
+func (d *Daemon) running() []*running {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var rs []*running
+	for _, r := range d.sups {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func (d *Daemon) supervisors() []*Supervisor {
+	var ss []*Supervisor
+	for _, r := range d.running() {
+		ss = append(ss, r.sup)
+	}
+	slices.SortFunc(ss, func(a, b *Supervisor) int { return strings.Compare(a.Lease, b.Lease) })
+	return ss
+}
+
+// summary is the STATUS= line: "leader: vpn.service; standby: db.service".
+func (d *Daemon) summary() string {
+	byRole := map[string][]string{}
+	var roles []string
+	for _, s := range d.supervisors() {
+		role := s.Status().Role
+		if _, ok := byRole[role]; !ok {
+			roles = append(roles, role)
+		}
+		byRole[role] = append(byRole[role], s.Units...)
+	}
+	slices.Sort(roles)
+	var parts []string
+	for _, role := range roles {
+		parts = append(parts, role+": "+strings.Join(byRole[role], ", "))
+	}
+	if len(parts) == 0 {
+		return "no annotated units"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// unitsOf adapts unitctl to a supervisor's Units.
+type unitsOf struct {
+	sd       Systemd
+	stopWait time.Duration
+}
+
+func (u unitsOf) Start(ctx context.Context, unit string) error { return u.sd.Start(ctx, unit) }
+
+func (u unitsOf) Stop(ctx context.Context, unit string) (bool, error) {
+	err := u.sd.Stop(ctx, unit, u.stopWait)
+	var je *unitctl.JobError
+	if errors.As(err, &je) {
+		return je.Killed, err
+	}
+	return false, err
+}

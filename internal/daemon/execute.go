@@ -1,0 +1,167 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/unitlease/unitlease/policy"
+	"github.com/unitlease/unitlease/redislease"
+)
+
+// execute carries out one action and sends back the one event that
+// answers it.
+func (s *Supervisor) execute(ctx context.Context, a policy.Action) {
+	var ev policy.Event
+	switch a.Kind {
+	case policy.Observe:
+		ev = s.observe(ctx)
+	case policy.Acquire:
+		ev = s.acquire(ctx, a.Record)
+	case policy.Renew:
+		ev = s.renew(ctx, a.Record)
+	case policy.Release:
+		ev = s.release(ctx, a.Record)
+	case policy.StartUnit:
+		ev = s.start(ctx)
+	case policy.StopUnit:
+		ev = s.stop(ctx)
+	default:
+		return
+	}
+	s.send(ctx, ev)
+}
+
+func (s *Supervisor) observe(ctx context.Context) policy.Event {
+	o, err := s.store.Observe(ctx, s.Lease)
+	if err != nil {
+		s.reportGarbage(err)
+		return policy.Event{Kind: policy.ObserveFailed}
+	}
+	return policy.Event{Kind: policy.Observed, Record: toPolicy(o)}
+}
+
+// reportGarbage logs a value that is not a record, once per value. The
+// standby cannot age it, so it never acquires over it.
+func (s *Supervisor) reportGarbage(err error) {
+	var g *redislease.GarbageError
+	if !errors.As(err, &g) {
+		s.log.Warn("observing the lease failed: "+err.Error(), "UNITLEASE_EVENT", "observe_failed")
+		return
+	}
+	if string(g.Value) == s.garbage {
+		return
+	}
+	s.garbage = string(g.Value)
+	s.log.Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
+}
+
+func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Event {
+	l, err := s.store.Acquire(ctx, fromPolicy(s.Lease, seen))
+	switch {
+	case err == nil:
+		return policy.Event{Kind: policy.AcquireOK, Record: recordOf(l)}
+	case errors.Is(err, redislease.ErrUnknown):
+		return policy.Event{Kind: policy.AcquireUnknown}
+	}
+	return policy.Event{Kind: policy.AcquireLost}
+}
+
+func (s *Supervisor) renew(ctx context.Context, held policy.Record) policy.Event {
+	l, err := s.store.Renew(ctx, leaseOf(s.Lease, held))
+	var lost *redislease.LostError
+	var garbage *redislease.GarbageError
+	switch {
+	case err == nil:
+		return policy.Event{Kind: policy.RenewOK, Record: recordOf(l)}
+	case errors.As(err, &lost):
+		return policy.Event{Kind: policy.RenewLost, Record: toPolicyRecord(lost.Current, nil)}
+	case errors.Is(err, redislease.ErrMissing):
+		return policy.Event{Kind: policy.RenewMissing}
+	case errors.As(err, &garbage):
+		// Not ours any more, whatever it is: as definitive as a loss.
+		return policy.Event{Kind: policy.RenewLost, Record: policy.Record{Present: true, Raw: string(garbage.Value)}}
+	}
+	return policy.Event{Kind: policy.RenewFailed}
+}
+
+func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Event {
+	// A release runs on its own bounded context: it must be tried even
+	// while the daemon shuts down (STYLE.md 5).
+	if _, err := s.store.Release(context.WithoutCancel(ctx), leaseOf(s.Lease, held)); err != nil {
+		s.log.Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
+		return policy.Event{Kind: policy.ReleaseFailed}
+	}
+	return policy.Event{Kind: policy.ReleaseOK}
+}
+
+// start starts the units in order; the first failure ends it.
+func (s *Supervisor) start(ctx context.Context) policy.Event {
+	for _, u := range s.Units {
+		if err := s.units.Start(ctx, u); err != nil {
+			s.log.Error("starting "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "start_failed")
+			return policy.Event{Kind: policy.UnitStartFailed}
+		}
+	}
+	return policy.Event{Kind: policy.UnitStarted}
+}
+
+// stop stops every unit of the lease at once, each within stop_wait, and
+// reports stopped only when all are confirmed inactive. It ignores ctx's
+// end: a stop is never abandoned half way.
+func (s *Supervisor) stop(ctx context.Context) policy.Event {
+	ctx = context.WithoutCancel(ctx)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		killed bool
+		failed bool
+	)
+	for _, u := range s.Units {
+		wg.Go(func() {
+			k, err := s.units.Stop(ctx, u)
+			mu.Lock()
+			defer mu.Unlock()
+			killed = killed || k
+			if err != nil {
+				failed = true
+				s.log.Error("stopping "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "stop_failed")
+			}
+		})
+	}
+	wg.Wait()
+	if failed {
+		return policy.Event{Kind: policy.UnitStopFailed}
+	}
+	return policy.Event{Kind: policy.UnitStopped, Killed: killed}
+}
+
+// Conversions between the store's types and the policy's.
+
+func toPolicy(o redislease.Observation) policy.Record {
+	if o.Absent {
+		return policy.Absent
+	}
+	return toPolicyRecord(o.Record, o.Raw)
+}
+
+func toPolicyRecord(r redislease.Record, raw []byte) policy.Record {
+	if raw == nil {
+		raw = redislease.Encode(r)
+	}
+	return policy.Record{Present: true, Raw: string(raw), Holder: r.Holder, Token: r.Token, Version: r.Version, Released: !r.Held()}
+}
+
+func recordOf(l redislease.Lease) policy.Record { return toPolicyRecord(l.Record, nil) }
+
+func fromPolicy(lease string, r policy.Record) redislease.Observation {
+	if !r.Present {
+		return redislease.Observation{Name: lease, Absent: true}
+	}
+	rec, _ := redislease.Decode("", []byte(r.Raw))
+	return redislease.Observation{Name: lease, Raw: []byte(r.Raw), Record: rec}
+}
+
+func leaseOf(lease string, r policy.Record) redislease.Lease {
+	return redislease.Lease{Name: lease, Record: fromPolicy(lease, r).Record}
+}

@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/unitctl"
+)
+
+// UnitPoll is how often a unit's state is re-read when no event came: the
+// backstop behind systemd's signals.
+const UnitPoll = 5 * time.Second
+
+// rewatch restarts the wake-up subscription and the unit watch for the
+// current set of leases.
+func (d *Daemon) rewatch(ctx context.Context) {
+	d.mu.Lock()
+	if d.watchers != nil {
+		d.watchers()
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	d.watchers = cancel
+	var leases, units []string
+	for lease, r := range d.sups {
+		leases = append(leases, lease)
+		units = append(units, r.sup.Units...)
+	}
+	d.mu.Unlock()
+	go d.wakeups(wctx, leases)
+	go d.watchUnits(wctx, units)
+}
+
+// wakeups nudges a supervisor whenever its lease is released or acquired
+// elsewhere, and every supervisor after a resubscription.
+func (d *Daemon) wakeups(ctx context.Context, leases []string) {
+	for w := range d.store.Wakeups(ctx, leases) {
+		for _, s := range d.supervisors() {
+			if w.Resync || w.Lease == s.Lease {
+				s.Nudge()
+			}
+		}
+	}
+}
+
+// watchUnits turns systemd's news about managed units into supervisor
+// events: a failure or a stop behind the daemon's back while it runs the
+// unit is unit_failed; a start behind its back on a node that does not
+// hold the lease is stopped at once.
+func (d *Daemon) watchUnits(ctx context.Context, units []string) {
+	for ev := range d.sd.Watch(ctx, units, UnitPoll) {
+		s := d.supervisorOf(ev.Unit)
+		if s == nil {
+			continue
+		}
+		switch ev.Kind {
+		case unitctl.Failed, unitctl.StoppedBehind:
+			s.UnitFailed(ctx)
+		case unitctl.StartedBehind:
+			// Activating: the guard is deciding (and refuses a
+			// non-holder); only a unit that got past it is stopped here.
+			if ev.State.Running() {
+				s.StartedBehind(ctx, ev.Unit)
+			}
+		}
+	}
+}
+
+func (d *Daemon) supervisorOf(unit string) *Supervisor {
+	for _, s := range d.supervisors() {
+		for _, u := range s.Units {
+			if u == unit {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+// StartedBehind reacts to a unit that became active though this node does
+// not run it: the guard should have made that impossible, so it is stopped
+// and logged as refused. A unit the policy is starting or running is left
+// alone.
+func (s *Supervisor) StartedBehind(ctx context.Context, unit string) {
+	st := s.Status()
+	if st.Holding {
+		return
+	}
+	s.log.Warn(unit+": started although this node does not hold lease "+s.Lease+": stopping it",
+		logging.Event, "refused", logging.Unit, unit)
+	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit); err != nil {
+		s.log.Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
+	}
+}
