@@ -19,28 +19,7 @@ import (
 // The daemon's end-to-end tests: two nodes of the package's cluster, each
 // running unitlease.service as installed from packaging/, a real Redis on
 // the host reached through one proxy per node (so one node can be cut off),
-// and a witness unit annotated for the lease "demo".
-
-// fastTiming is the tests' timing profile: the lease span comes to about
-// 6 s, so a failover takes seconds, not a minute.
-const fastTiming = `[timing]
-retry = "1s"
-renew_deadline = "2s"
-stop_wait = "2s"
-reply_max = "500ms"
-poll_min = "500ms"
-poll_max = "1s"
-`
-
-const demoUnit = `[Unit]
-Description=unitlease demo witness
-
-[Service]
-ExecStart=/usr/local/bin/ul-witness -dir /shared -name %s
-
-[X-UnitLease]
-Lease=demo
-`
+// and the witness as demo.service, annotated for the lease "demo".
 
 var (
 	buildOnce                sync.Once
@@ -69,56 +48,33 @@ func binaries(t *testing.T) (string, string) {
 	return unitleaseBin, witnessBin
 }
 
-// daemons is one test's deployment.
+// daemons is one test's deployment on the package's two nodes.
 type daemons struct {
-	t       *testing.T
-	redis   *redistest.Server
-	proxies []*Proxy
-	nodes   []*Node
-	witness string           // the witness's name: its log is sharedDir/NAME.log
-	cursors map[*Node]string // each node's journal position at deploy
+	*Deployment
+	t     *testing.T
+	nodes []*Node
 }
 
-// deploy installs unitlease and the witness unit on both nodes and starts
-// the daemons.
-func deploy(t *testing.T) *daemons {
+// deploy installs unitlease and the witness unit on both nodes, starts the
+// daemons, and tears it all down when the test ends.
+func deploy(t *testing.T, witnessArgs ...string) *daemons {
 	t.Helper()
 	bin, wit := binaries(t)
-	d := &daemons{t: t, redis: redistest.Start(t, redistest.Options{AppendOnly: true}),
-		witness: strings.ReplaceAll(t.Name(), "/", "-"), cursors: map[*Node]string{}}
 	service, err := os.ReadFile("../packaging/unitlease.service")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2 {
-		n := cluster.Node(i)
-		p, err := NewProxy(d.redis.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		d.proxies, d.nodes = append(d.proxies, p), append(d.nodes, n)
-		conf := fmt.Sprintf("node = %q\n[redis]\nurl = \"redis://%s/0\"\n%s", n.Name, p.Addr(), fastTiming)
-		d.put(n, "/usr/bin/unitlease", bin, 0o755)
-		d.put(n, "/usr/local/bin/ul-witness", wit, 0o755)
-		d.write(n, "/etc/systemd/system/unitlease.service", string(service))
-		d.write(n, "/etc/unitlease/unitlease.toml", conf)
-		d.write(n, "/etc/systemd/system/demo.service", fmt.Sprintf(demoUnit, d.witness))
+	redis := redistest.Start(t, redistest.Options{AppendOnly: true})
+	nodes := []*Node{cluster.Node(0), cluster.Node(1)}
+	dep, err := Deploy(t.Context(), nodes, DeployOptions{
+		Unitlease: bin, Witness: wit, Service: service, RedisAddr: redis.Addr(),
+		SharedDir: sharedDir, WitnessName: strings.ReplaceAll(t.Name(), "/", "-"), WitnessArgs: strings.Join(witnessArgs, " "),
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(d.teardown)
-	for _, n := range d.nodes {
-		d.cursors[n] = cursor(t, n)
-		run(t, n, "systemctl", "daemon-reload")
-		run(t, n, "systemctl", "start", "unitlease.service")
-	}
-	return d
-}
-
-func (d *daemons) put(n *Node, path, src string, mode os.FileMode) {
-	d.t.Helper()
-	if err := n.CopyIn(d.t.Context(), src, path, mode); err != nil {
-		d.t.Fatal(err)
-	}
+	t.Cleanup(func() { dep.Teardown(context.Background()) })
+	return &daemons{Deployment: dep, t: t, nodes: nodes}
 }
 
 func (d *daemons) write(n *Node, path, data string) {
@@ -128,89 +84,38 @@ func (d *daemons) write(n *Node, path, data string) {
 	}
 }
 
-// teardown stops the daemons and removes what deploy installed, so the
-// next test finds the nodes as they were.
-func (d *daemons) teardown() {
-	ctx := context.Background()
-	for _, n := range d.nodes {
-		_, _, _ = n.Run(ctx, "systemctl", "stop", "unitlease.service", "demo.service", "other.service")
-		_, _, _ = n.Run(ctx, "rm", "-rf", "/etc/systemd/system/demo.service", "/etc/systemd/system/other.service",
-			"/etc/systemd/system/unitlease.service", "/etc/unitlease", "/run/systemd/system/demo.service.d", "/run/systemd/system/other.service.d")
-		_, _, _ = n.Run(ctx, "systemctl", "daemon-reload")
-		_, _, _ = n.Run(ctx, "systemctl", "reset-failed")
-	}
-}
-
 // active reports the ActiveState of unit on n.
 func active(t *testing.T, n *Node, unit string) string {
 	t.Helper()
-	out, _, _ := n.Run(t.Context(), "systemctl", "show", "-P", "ActiveState", unit)
-	return trimNL(out)
+	return Active(t.Context(), n, unit)
 }
 
-// leader waits until exactly one node runs demo.service and returns it.
-// Polling here is the harness waiting on a distributed system; the
-// assertions are about what it then finds.
+// leader waits until one node runs demo.service.
 func (d *daemons) leader(limit time.Duration) (leader, standby *Node) {
 	d.t.Helper()
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		a, b := active(d.t, d.nodes[0], "demo.service"), active(d.t, d.nodes[1], "demo.service")
-		switch {
-		case a == "active" && b == "active":
-			d.t.Fatalf("demo.service runs on both nodes")
-		case a == "active":
-			return d.nodes[0], d.nodes[1]
-		case b == "active":
-			return d.nodes[1], d.nodes[0]
-		}
-		time.Sleep(100 * time.Millisecond)
+	l, err := d.Leader(d.t.Context(), limit)
+	if err != nil {
+		d.t.Fatalf("%v\n%s", err, d.journals())
 	}
-	d.t.Fatalf("no node runs demo.service after %v\n%s", limit, d.journals())
-	return nil, nil
+	if l == d.nodes[0] {
+		return l, d.nodes[1]
+	}
+	return l, d.nodes[0]
 }
 
 func (d *daemons) journals() string {
 	var b strings.Builder
 	for _, n := range d.nodes {
-		out, _, _ := n.Run(context.Background(), "journalctl", "-u", "unitlease.service", "-o", "cat", "--no-pager", "-n", "40")
-		fmt.Fprintf(&b, "--- %s\n%s", n.Name, out)
+		fmt.Fprintf(&b, "--- %s\n%s", n.Name, d.Journal(context.Background(), n, "-u", "unitlease.service", "-o", "cat"))
 	}
 	return b.String()
 }
 
-// cursor is the position of n's journal now.
-func cursor(t *testing.T, n *Node) string {
-	t.Helper()
-	out := run(t, n, "journalctl", "-n", "0", "--show-cursor", "--no-pager")
-	_, c, _ := strings.Cut(out, "-- cursor: ")
-	return strings.TrimSpace(c)
-}
-
-// journal returns n's journal since deploy, with extra journalctl args.
 func (d *daemons) journal(n *Node, args ...string) string {
-	d.t.Helper()
-	args = append([]string{"journalctl", "--no-pager", "--after-cursor", d.cursors[n]}, args...)
-	out, _, _ := n.Run(d.t.Context(), args...)
-	return out
+	return d.Journal(d.t.Context(), n, args...)
 }
 
-// events returns the UNITLEASE_EVENT values n's daemon logged since
-// deploy, in order.
-func (d *daemons) events(n *Node) []string {
-	d.t.Helper()
-	out := d.journal(n, "-u", "unitlease.service", "-o", "json", "--output-fields=UNITLEASE_EVENT")
-	var evs []string
-	for _, line := range strings.Split(out, "\n") {
-		var e struct {
-			Event string `json:"UNITLEASE_EVENT"`
-		}
-		if json.Unmarshal([]byte(line), &e) == nil && e.Event != "" {
-			evs = append(evs, e.Event)
-		}
-	}
-	return evs
-}
+func (d *daemons) events(n *Node) []string { return d.Events(d.t.Context(), n) }
 
 func has(evs []string, e string) bool {
 	for _, x := range evs {
@@ -221,26 +126,14 @@ func has(evs []string, e string) bool {
 	return false
 }
 
-// witnessLog reads the witness's log: the violations it recorded.
-func (d *daemons) violations() []string {
-	data, _ := os.ReadFile(filepath.Join(sharedDir, d.witness+".log"))
-	var v []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "violation") {
-			v = append(v, line)
-		}
-	}
-	return v
-}
-
 func (d *daemons) noViolations() {
 	d.t.Helper()
-	if v := d.violations(); len(v) > 0 {
+	if v := d.Violations(); len(v) > 0 {
 		d.t.Fatalf("the witness saw two copies running: %v", v)
 	}
 }
 
-// waitInactive waits until unit is not active on n.
+// waitState waits until unit on n is in the ActiveState want.
 func waitState(t *testing.T, n *Node, unit, want string, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
@@ -289,42 +182,22 @@ func TestDaemonExactlyOneRuns(t *testing.T) {
 	d.noViolations()
 }
 
-// record is one line of the witness log.
-type record struct {
-	what, node string
-	at         time.Duration // CLOCK_MONOTONIC, shared by every node
-}
-
-func (d *daemons) records() []record {
-	data, _ := os.ReadFile(filepath.Join(sharedDir, d.witness+".log"))
-	var rs []record
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var r record
-		var ns int64
-		if _, err := fmt.Sscanf(line, "%s %s %d", &r.what, &r.node, &ns); err == nil {
-			r.at = time.Duration(ns)
-			rs = append(rs, r)
-		}
-	}
-	return rs
-}
-
 // handover checks from the witness log that old stopped before new
 // started, and returns the gap.
 func (d *daemons) handover(old, new *Node) time.Duration {
 	d.t.Helper()
 	d.noViolations()
 	var stopped, started time.Duration = -1, -1
-	for _, r := range d.records() {
+	for _, r := range d.Records() {
 		switch {
-		case r.what == "stop" && r.node == old.Name:
-			stopped = r.at
-		case r.what == "start" && r.node == new.Name && started < 0 && stopped >= 0:
-			started = r.at
+		case r.What == "stop" && r.Node == old.Name:
+			stopped = r.At
+		case r.What == "start" && r.Node == new.Name && started < 0 && stopped >= 0:
+			started = r.At
 		}
 	}
 	if stopped < 0 || started < 0 || started < stopped {
-		d.t.Fatalf("witness log does not show %s stopping before %s starts: %+v", old.Name, new.Name, d.records())
+		d.t.Fatalf("witness log does not show %s stopping before %s starts: %+v", old.Name, new.Name, d.Records())
 	}
 	return started - stopped
 }
@@ -332,28 +205,14 @@ func (d *daemons) handover(old, new *Node) time.Duration {
 // status returns the lease "demo" as n's daemon reports it.
 func status(t *testing.T, n *Node) (role string, holding bool, version uint64) {
 	t.Helper()
-	out, _, err := n.Run(t.Context(), "unitlease", "status", "--json")
-	if err != nil {
-		return "unreachable", false, 0
-	}
-	var snap struct {
-		Leases []struct {
-			Role    string
-			Holding bool
-			Version uint64
-		}
-	}
-	if json.Unmarshal([]byte(out), &snap) != nil || len(snap.Leases) != 1 {
-		return "unknown", false, 0
-	}
-	l := snap.Leases[0]
-	return l.Role, l.Holding, l.Version
+	st := LeaseStatus(t.Context(), n)
+	return st.Role, st.Holding, st.Version
 }
 
 func TestDaemonLeaderCutOffFromRedisStopsBeforePeerStarts(t *testing.T) {
 	d := deploy(t)
 	leader, standby := d.leader(60 * time.Second)
-	d.proxies[index(d, leader)].Cut()
+	d.Proxy(leader).Cut()
 	waitState(t, leader, "demo.service", "inactive", 30*time.Second)
 	waitState(t, standby, "demo.service", "active", 60*time.Second)
 	gap := d.handover(leader, standby)
@@ -361,21 +220,12 @@ func TestDaemonLeaderCutOffFromRedisStopsBeforePeerStarts(t *testing.T) {
 	if evs := d.events(leader); !has(evs, "renew_failed") || has(evs, "released") {
 		t.Fatalf("cut-off leader's events %v: want renew_failed and no release", evs)
 	}
-	d.proxies[index(d, leader)].Heal()
+	d.Proxy(leader).Heal()
 	waitRole(t, leader, 30*time.Second, "standby", "backoff")
 	if active(t, leader, "demo.service") == "active" {
 		t.Fatal("the healed node runs demo.service again")
 	}
 	d.noViolations()
-}
-
-func index(d *daemons, n *Node) int {
-	for i, m := range d.nodes {
-		if m == n {
-			return i
-		}
-	}
-	return -1
 }
 
 func waitRole(t *testing.T, n *Node, limit time.Duration, roles ...string) {
@@ -463,7 +313,7 @@ func TestDaemonBadAnnotationIsAConfigErrorOthersKeepWorking(t *testing.T) {
 			t.Fatalf("no config_error naming other.service:6 in the journal:\n%s", out)
 		}
 		time.Sleep(100 * time.Millisecond)
-		out = d.journal(leader, "-u", "unitlease.service", "-o", "cat", "UNITLEASE_EVENT=config_error")
+		out = d.Messages(t.Context(), leader, "config_error")
 	}
 	if got := active(t, leader, "demo.service"); got != "active" {
 		t.Fatalf("demo.service is %s after the bad annotation", got)
@@ -481,7 +331,7 @@ func TestDaemonBadConfigRefusesToRun(t *testing.T) {
 	if _, _, err := n.Run(t.Context(), "systemctl", "restart", "unitlease.service"); err == nil {
 		t.Fatal("unitlease started with a lease span below the safe minimum")
 	}
-	out := d.journal(n, "-u", "unitlease.service", "-o", "cat", "UNITLEASE_EVENT=config_error")
+	out := d.Messages(t.Context(), n, "config_error")
 	if !strings.Contains(out, "/etc/unitlease/unitlease.toml:3: timing.lease_span: lease_span 3s is below the safe minimum") {
 		t.Fatalf("the journal does not say why:\n%s", out)
 	}

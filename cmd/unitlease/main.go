@@ -76,13 +76,16 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 	log := logging.New(slog.LevelInfo)
 	cfg, err := config.Load(path)
 	if err != nil {
-		log.Error("not starting: "+err.Error(), logging.Event, "config_error")
+		// A process that exits at once may be gone before journald reads
+		// its cgroup: OBJECT_SYSTEMD_UNIT keeps `journalctl -u unitlease`
+		// showing why it did not start.
+		log.Error("not starting: "+err.Error(), logging.Event, "config_error", "OBJECT_SYSTEMD_UNIT", "unitlease.service")
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := daemon.Run(ctx, cfg, log, daemon.RunOptions{}); err != nil {
-		log.Error("exiting: "+err.Error(), logging.Event, "daemon_error")
+		log.Error("exiting: "+err.Error(), logging.Event, "daemon_error", "OBJECT_SYSTEMD_UNIT", "unitlease.service")
 		return 1
 	}
 	return 0

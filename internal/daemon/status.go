@@ -53,7 +53,7 @@ func (s *Supervisor) publish(now policy.Instant, j policy.Journal) {
 	}
 	if j != "" {
 		st.Reason = string(j)
-		if c := m.Cause(); c != policy.CauseNone {
+		if c := m.Cause(); c != policy.CauseNone && stopRelated(j) {
 			st.Reason += " (" + c.String() + ")"
 		}
 	}
@@ -130,4 +130,14 @@ func priority(j policy.Journal) slog.Level {
 		return slog.LevelDebug
 	}
 	return slog.LevelInfo
+}
+
+// stopRelated reports whether a journal event follows from a stop, whose
+// cause is worth showing beside it.
+func stopRelated(j policy.Journal) bool {
+	switch j {
+	case policy.JournalStopping, policy.JournalStopped, policy.JournalKilled, policy.JournalStopFailed, policy.JournalReleased:
+		return true
+	}
+	return false
 }

@@ -1,0 +1,235 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/policy"
+	"github.com/unitlease/unitlease/redislease"
+)
+
+// fakeStore is an in-memory lease key with the scripts' semantics. It is
+// strict: a release while the test forbids one fails the test.
+type fakeStore struct {
+	t  *testing.T
+	mu sync.Mutex
+
+	raw          []byte // nil: missing
+	noRelease    bool
+	releases     int
+	tokenCounter int
+}
+
+func (f *fakeStore) Observe(_ context.Context, name string) (redislease.Observation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.raw == nil {
+		return redislease.Observation{Name: name, Absent: true}, nil
+	}
+	rec, err := redislease.Decode("k", f.raw)
+	return redislease.Observation{Name: name, Raw: f.raw, Record: rec}, err
+}
+
+func (f *fakeStore) Acquire(_ context.Context, seen redislease.Observation) (redislease.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if seen.Absent != (f.raw == nil) || !bytes.Equal(seen.Raw, f.raw) {
+		return redislease.Lease{}, &redislease.ConflictError{Key: "k"}
+	}
+	f.tokenCounter++
+	rec := redislease.Record{Holder: "node-a", Version: seen.Record.Version + 1, Token: fmt.Sprintf("%032x", f.tokenCounter), State: redislease.StateHeld}
+	f.raw = redislease.Encode(rec)
+	return redislease.Lease{Name: seen.Name, Record: rec}, nil
+}
+
+func (f *fakeStore) Renew(_ context.Context, l redislease.Lease) (redislease.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.raw == nil {
+		return redislease.Lease{}, redislease.ErrMissing
+	}
+	cur, _ := redislease.Decode("k", f.raw)
+	if cur != l.Record {
+		return redislease.Lease{}, &redislease.LostError{Key: "k", Current: cur}
+	}
+	cur.Version++
+	f.raw = redislease.Encode(cur)
+	return redislease.Lease{Name: l.Name, Record: cur}, nil
+}
+
+func (f *fakeStore) Release(_ context.Context, l redislease.Lease) (redislease.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noRelease {
+		f.t.Errorf("release of %+v: this test forbids it", l.Record)
+	}
+	f.releases++
+	cur, _ := redislease.Decode("k", f.raw)
+	if cur != l.Record {
+		return redislease.Record{}, &redislease.LostError{Key: "k", Current: cur}
+	}
+	cur.Version++
+	cur.State = redislease.StateReleased
+	f.raw = redislease.Encode(cur)
+	return cur, nil
+}
+
+// steal makes another node the holder, as after a partition.
+func (f *fakeStore) steal() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, _ := redislease.Decode("k", f.raw)
+	cur.Holder, cur.Version, cur.Token = "node-b", cur.Version+1, strings.Repeat("b", 32)
+	f.raw = redislease.Encode(cur)
+}
+
+func (f *fakeStore) set(raw string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.raw = []byte(raw)
+}
+
+func (f *fakeStore) holder() (string, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, _ := redislease.Decode("k", f.raw)
+	return cur.Holder, cur.Version
+}
+
+// fakeUnits counts starts and stops; running is the unit's state.
+type fakeUnits struct {
+	mu            sync.Mutex
+	running       bool
+	starts, stops int
+}
+
+func (u *fakeUnits) Start(context.Context, string) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.starts++
+	u.running = true
+	return nil
+}
+
+func (u *fakeUnits) Stop(context.Context, string) (bool, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.stops++
+	u.running = false
+	return false, nil
+}
+
+func (u *fakeUnits) state() (bool, int, int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.running, u.starts, u.stops
+}
+
+var testTiming = policy.Timing{Retry: time.Second, RenewDeadline: 2 * time.Second, StopWait: 2 * time.Second,
+	ReplyMax: 500 * time.Millisecond, PollMin: 500 * time.Millisecond, PollMax: time.Second}
+
+// supervise runs a supervisor in a synctest bubble: time is fake, so the
+// test takes microseconds and time.Sleep advances it deterministically.
+func supervise(t *testing.T, store *fakeStore, units *fakeUnits, logs *bytes.Buffer) (*Supervisor, context.CancelFunc) {
+	m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, store, units, MonotonicClock(), logging.Text(logs, slog.LevelDebug))
+	ctx, cancel := context.WithCancel(t.Context())
+	go s.Run(ctx)
+	return s, cancel
+}
+
+func TestSupervisorAcquiresStartsAndRenews(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, units, logs := &fakeStore{t: t, noRelease: true}, &fakeUnits{}, &bytes.Buffer{}
+		s, cancel := supervise(t, store, units, logs)
+		defer cancel()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		running, starts, stops := units.state()
+		if !running || starts != 1 || stops != 1 {
+			t.Fatalf("unit running %t after %d starts and %d stops (want the startup stop, then one start)", running, starts, stops)
+		}
+		st := s.Status()
+		holder, version := store.holder()
+		if st.Role != "leader" || !st.Holding || holder != "node-a" || version < 10 {
+			t.Fatalf("status %+v, store held by %s at version %d (want renewals every second)", st, holder, version)
+		}
+		for _, e := range []string{"UNITLEASE_EVENT=acquired", "UNITLEASE_EVENT=started", "UNITLEASE_LEASE=demo", "UNITLEASE_NODE=node-a"} {
+			if !strings.Contains(logs.String(), e) {
+				t.Errorf("log lacks %s:\n%s", e, logs)
+			}
+		}
+	})
+}
+
+func TestSupervisorStopsAtOnceOnLossAndNeverReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, units, logs := &fakeStore{t: t, noRelease: true}, &fakeUnits{}, &bytes.Buffer{}
+		s, cancel := supervise(t, store, units, logs)
+		defer cancel()
+		time.Sleep(20 * time.Second)
+		store.steal()
+		time.Sleep(1500 * time.Millisecond) // one retry period and a bit: the next renewal finds it
+		synctest.Wait()
+		if running, _, _ := units.state(); running {
+			t.Fatal("the unit still runs after the lease was found held elsewhere")
+		}
+		if st := s.Status(); st.Holding {
+			t.Fatalf("still holding: %+v", st)
+		}
+		if !strings.Contains(logs.String(), "UNITLEASE_EVENT=lost") {
+			t.Fatalf("no lost event:\n%s", logs)
+		}
+	})
+}
+
+func TestSupervisorNeverAcquiresGarbageAndReportsItOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, units, logs := &fakeStore{t: t, noRelease: true}, &fakeUnits{}, &bytes.Buffer{}
+		store.set("not a record")
+		_, cancel := supervise(t, store, units, logs)
+		defer cancel()
+		time.Sleep(60 * time.Second)
+		synctest.Wait()
+		if _, starts, _ := units.state(); starts != 0 {
+			t.Fatalf("started %d times over garbage", starts)
+		}
+		if n := strings.Count(logs.String(), "UNITLEASE_EVENT=garbage"); n != 1 {
+			t.Fatalf("garbage reported %d times, want once:\n%s", n, logs)
+		}
+		if h, _ := store.holder(); h != "" {
+			t.Fatalf("garbage overwritten by %s", h)
+		}
+	})
+}
+
+func TestSupervisorHandoffStopsThenReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, units, logs := &fakeStore{t: t}, &fakeUnits{}, &bytes.Buffer{}
+		s, cancel := supervise(t, store, units, logs)
+		defer cancel()
+		time.Sleep(20 * time.Second)
+		s.Handoff(t.Context())
+		time.Sleep(time.Second)
+		synctest.Wait()
+		running, _, _ := units.state()
+		rec, _ := redislease.Decode("k", store.raw)
+		if running || store.releases != 1 || rec.State != redislease.StateReleased || s.Holding() {
+			t.Fatalf("after handoff: running %t, releases %d, record %+v, holding %t", running, store.releases, rec, s.Holding())
+		}
+		if i, j := strings.LastIndex(logs.String(), "UNITLEASE_EVENT=stopped"), strings.LastIndex(logs.String(), "UNITLEASE_EVENT=released"); j < 0 || i > j {
+			t.Fatalf("release not after the stop:\n%s", logs)
+		}
+	})
+}
