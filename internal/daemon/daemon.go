@@ -52,6 +52,8 @@ type Daemon struct {
 	sups     map[string]*running // by lease
 	problems []string            // config errors of the last discovery
 	watchers context.CancelFunc  // the wake-up and unit watches of the current set
+
+	lastStatus string // the last STATUS= sent by the watchdog loop
 }
 
 type running struct {

@@ -154,6 +154,10 @@ func toPolicyRecord(r redislease.Record, raw []byte) policy.Record {
 
 func recordOf(l redislease.Lease) policy.Record { return toPolicyRecord(l.Record, nil) }
 
+// The renew script compares holder, token and version, never the raw
+// bytes, so the policy's record need not hold the exact bytes of a held
+// lease; Encode gives them for logs and comparisons.
+
 func fromPolicy(lease string, r policy.Record) redislease.Observation {
 	if !r.Present {
 		return redislease.Observation{Name: lease, Absent: true}
@@ -163,5 +167,15 @@ func fromPolicy(lease string, r policy.Record) redislease.Observation {
 }
 
 func leaseOf(lease string, r policy.Record) redislease.Lease {
-	return redislease.Lease{Name: lease, Record: fromPolicy(lease, r).Record}
+	return redislease.Lease{Name: lease, Record: recordFrom(r)}
+}
+
+// recordFrom rebuilds the store's record from the policy's copy, which
+// carries every field but the lease span (only standbys read that).
+func recordFrom(r policy.Record) redislease.Record {
+	state := redislease.StateHeld
+	if r.Released {
+		state = redislease.StateReleased
+	}
+	return redislease.Record{Holder: r.Holder, Version: r.Version, Token: r.Token, State: state}
 }

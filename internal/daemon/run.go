@@ -118,31 +118,41 @@ func (d *Daemon) watchdog(ctx context.Context) {
 		return
 	}
 	interval = min(interval, d.cfg.Timing.RenewDeadline)
-	t := time.NewTicker(interval / 3)
+	t := time.NewTicker(interval / 2)
 	defer t.Stop()
-	for {
+	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if d.progressing(ctx, interval/3) {
-			d.notify("WATCHDOG=1")
-		} else {
-			d.log.Error("a lease loop did not answer within "+(interval/3).String()+": withholding the watchdog ping", logging.Event, "watchdog")
+		if !d.progressing(ctx, interval/4) {
+			d.log.Error("a lease loop did not answer within "+(interval/4).String()+": withholding the watchdog ping", logging.Event, "watchdog")
+			continue
 		}
+		d.notify("WATCHDOG=1")
+		if tick%10 == 0 {
+			d.updateStatus()
+		}
+	}
+}
+
+// updateStatus sends STATUS= when the summary changed.
+func (d *Daemon) updateStatus() {
+	if status := d.summary(); status != d.lastStatus {
+		d.lastStatus = status
+		d.notify("STATUS=" + status)
 	}
 }
 
 func (d *Daemon) progressing(ctx context.Context, within time.Duration) bool {
 	pctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	for _, s := range d.supervisors() {
-		if !s.Ping(pctx) {
+	for _, r := range d.running() {
+		if !r.sup.Ping(pctx) {
 			return false
 		}
 	}
-	d.notify("STATUS=" + d.summary())
 	return true
 }
 

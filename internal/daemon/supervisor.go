@@ -85,17 +85,28 @@ func (s *Supervisor) Run(ctx context.Context) {
 	for {
 		wake := s.step(ctx, ev)
 		resetTimer(timer, s.clock(), wake)
+		var ok bool
+		if ev, ok = s.next(ctx, timer); !ok {
+			return
+		}
+	}
+}
+
+// next waits for the next event; pings are answered on the way without a
+// step, since they change nothing.
+func (s *Supervisor) next(ctx context.Context, timer *time.Timer) (policy.Event, bool) {
+	for {
 		select {
 		case <-ctx.Done():
-			return
-		case ev = <-s.events:
+			return policy.Event{}, false
+		case ev := <-s.events:
+			return ev, true
 		case <-timer.C:
-			ev = policy.Event{Kind: policy.Tick}
+			return policy.Event{Kind: policy.Tick}, true
 		case <-s.nudges:
-			ev = policy.Event{Kind: policy.Nudge}
+			return policy.Event{Kind: policy.Nudge}, true
 		case reply := <-s.pings:
 			close(reply)
-			ev = policy.Event{Kind: policy.Tick}
 		}
 	}
 }

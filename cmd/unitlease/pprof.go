@@ -1,0 +1,17 @@
+//go:build pprof
+
+package main
+
+import (
+	"net/http"
+	_ "net/http/pprof" // profiling endpoints, in builds with -tags pprof only
+	"os"
+)
+
+// Builds with -tags pprof serve Go's profiles on UNITLEASE_PPROF (e.g.
+// 127.0.0.1:6060), for the scale benchmark's investigations.
+func init() {
+	if addr := os.Getenv("UNITLEASE_PPROF"); addr != "" {
+		go func() { _ = http.ListenAndServe(addr, nil) }()
+	}
+}

@@ -1,0 +1,208 @@
+//go:build linux
+
+// Command scale measures one unitlease daemon managing many leases against
+// a real Redis: its memory, its CPU once every lease is held, and the Redis
+// commands it sends, next to what the protocol needs (one renewal script
+// per lease per retry period). It boots one container with N trivial
+// annotated units, each its own lease.
+//
+//	go run ./vm-tests/scale [-leases 1000] [-measure 30s]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/redistest"
+	vmtests "github.com/unitlease/unitlease/vm-tests"
+)
+
+// timing keeps the default retry (5 s), so the renewal load is the
+// default one, and shortens the rest so every lease is held in seconds.
+const timing = `[timing]
+retry = "5s"
+renew_deadline = "2s"
+stop_wait = "2s"
+reply_max = "1s"
+poll_min = "1s"
+poll_max = "2s"
+`
+
+const unit = `[Service]
+ExecStart=/bin/sleep infinity
+
+[X-UnitLease]
+`
+
+func main() {
+	leases := flag.Int("leases", 1000, "annotated units, each its own lease")
+	measure := flag.Duration("measure", 30*time.Second, "how long to measure once every lease is held")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *leases, *measure); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, leases int, measure time.Duration) error {
+	if err := vmtests.CheckHost(); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "unitlease-scale-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "unitlease")
+	if err := vmtests.BuildStatic(ctx, "./cmd/unitlease", bin, buildFlags()...); err != nil {
+		return err
+	}
+	service, err := os.ReadFile("packaging/unitlease.service")
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "redis"), 0o700); err != nil {
+		return err
+	}
+	redis := redistest.Run(filepath.Join(tmp, "redis"), redistest.Options{AppendOnly: true})
+	defer redis.Stop()
+	c, err := vmtests.NewCluster(ctx, vmtests.Options{Nodes: 1})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	n := c.Node(0)
+	if err := install(ctx, n, bin, service, redis.Addr(), leases); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, stderr, err := n.Run(ctx, "systemctl", "start", "unitlease.service"); err != nil {
+		return fmt.Errorf("start unitlease: %v: %s", err, stderr)
+	}
+	if err := waitAllActive(ctx, n, leases, 5*time.Minute); err != nil {
+		return err
+	}
+	held := time.Since(start)
+	return report(ctx, n, redis, leases, held, measure)
+}
+
+// buildFlags adds -tags pprof when UNITLEASE_PPROF asks for profiles.
+func buildFlags() []string {
+	if os.Getenv("UNITLEASE_PPROF") != "" {
+		return []string{"-tags", "pprof"}
+	}
+	return nil
+}
+
+func install(ctx context.Context, n *vmtests.Node, bin string, service []byte, redisAddr string, leases int) error {
+	conf := fmt.Sprintf("node = %q\n[redis]\nurl = \"redis://%s/0\"\npool_size = 32\n%s", n.Name, redisAddr, timing)
+	if err := n.CopyIn(ctx, bin, "/usr/bin/unitlease", 0o755); err != nil {
+		return err
+	}
+	if err := n.WriteFile(ctx, "/etc/systemd/system/unitlease.service", service, 0o644); err != nil {
+		return err
+	}
+	if err := n.WriteFile(ctx, "/etc/unitlease/unitlease.toml", []byte(conf), 0o640); err != nil {
+		return err
+	}
+	// Units go in with one shell command: a thousand CopyIns would take a while.
+	script := fmt.Sprintf(`for i in $(seq -w 1 %d); do printf '%%s' "$UNIT" > /etc/systemd/system/scale-$i.service; done; systemctl daemon-reload`, leases)
+	if addr := os.Getenv("UNITLEASE_PPROF"); addr != "" {
+		script += "; mkdir -p /etc/systemd/system/unitlease.service.d; printf '[Service]\\nEnvironment=UNITLEASE_PPROF=" + addr + "\\n' > /etc/systemd/system/unitlease.service.d/pprof.conf; systemctl daemon-reload"
+	}
+	_, stderr, err := n.Run(ctx, "env", "UNIT="+unit, "sh", "-c", script)
+	if err != nil {
+		return fmt.Errorf("writing units: %v: %s", err, stderr)
+	}
+	return nil
+}
+
+// waitAllActive polls systemd until every scale unit runs.
+func waitAllActive(ctx context.Context, n *vmtests.Node, leases int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		out, _, _ := n.Run(ctx, "sh", "-c", "systemctl list-units --state=active --no-legend 'scale-*.service' | wc -l")
+		got, _ := strconv.Atoi(strings.TrimSpace(out))
+		if got == leases {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d units active after %v", got, leases, limit)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+type sample struct {
+	cpu      time.Duration // the daemon's user + system time
+	rss      int64         // kB
+	commands map[string]int64
+	at       time.Time
+}
+
+func take(ctx context.Context, n *vmtests.Node, redis *redistest.Server) (sample, error) {
+	s := sample{at: time.Now(), commands: map[string]int64{}}
+	out, _, err := n.Run(ctx, "sh", "-c", `pid=$(systemctl show -P MainPID unitlease.service); cut -d' ' -f14,15 /proc/$pid/stat; grep VmRSS /proc/$pid/status`)
+	if err != nil {
+		return s, err
+	}
+	var utime, stime int64
+	var rssLabel string
+	if _, err := fmt.Sscanf(out, "%d %d\n%s %d", &utime, &stime, &rssLabel, &s.rss); err != nil {
+		return s, fmt.Errorf("reading /proc: %v: %q", err, out)
+	}
+	s.cpu = time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	for _, line := range strings.Split(redis.Command("INFO", "commandstats"), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _ := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+		s.commands[strings.TrimPrefix(name, "cmdstat_")] = calls
+	}
+	return s, nil
+}
+
+func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, leases int, held, measure time.Duration) error {
+	a, err := take(ctx, n, redis)
+	if err != nil {
+		return err
+	}
+	time.Sleep(measure)
+	b, err := take(ctx, n, redis)
+	if err != nil {
+		return err
+	}
+	secs := b.at.Sub(a.at).Seconds()
+	cpu := 100 * (b.cpu - a.cpu).Seconds() / secs
+	var total int64
+	var parts []string
+	for name, calls := range b.commands {
+		d := calls - a.commands[name]
+		if d == 0 {
+			continue
+		}
+		total += d
+		parts = append(parts, fmt.Sprintf("%s %.1f/s", name, float64(d)/secs))
+	}
+	need := float64(leases) / 5
+	fmt.Printf("one daemon, %d leases, retry 5s, against redis-server on loopback (appendfsync always)\n", leases)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "all %d units active after\t%v\n", leases, held.Round(time.Second))
+	fmt.Fprintf(tw, "daemon RSS\t%.1f MB\n", float64(b.rss)/1024)
+	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, cpu)
+	fmt.Fprintf(tw, "Redis commands\t%.1f/s (%s)\n", float64(total)/secs, strings.Join(parts, ", "))
+	fmt.Fprintf(tw, "protocol's need: one renewal script per lease per retry\t%.1f/s\n", need)
+	return tw.Flush()
+}
