@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
@@ -70,6 +71,24 @@ func (s *Systemd) serviceResult(ctx context.Context, unit string) string {
 	}
 	r, _ := p.Value.Value().(string)
 	return r
+}
+
+// TimeoutAbort reads a service's TimeoutAbortSec=: how long systemd waits
+// after a watchdog's SIGABRT before SIGKILL.
+func (s *Systemd) TimeoutAbort(ctx context.Context, unit string) (time.Duration, error) {
+	var p *sd.Property
+	err := s.with(ctx, func(c *sd.Conn) (err error) {
+		p, err = c.GetServicePropertyContext(ctx, unit, "TimeoutAbortUSec")
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("unitctl: TimeoutAbortUSec of %s: %w", unit, err)
+	}
+	us, ok := p.Value.Value().(uint64)
+	if !ok {
+		return 0, fmt.Errorf("unitctl: TimeoutAbortUSec of %s is %v", unit, p.Value)
+	}
+	return time.Duration(us) * time.Microsecond, nil
 }
 
 // unitProperty reads one property of the Unit interface.

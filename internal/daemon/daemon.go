@@ -26,6 +26,7 @@ type Systemd interface {
 	Install(ctx context.Context, plans []*unitctl.Plan) (map[string]error, error)
 	Uninstall(ctx context.Context, cfg unitctl.Config, units []string) error
 	Watch(ctx context.Context, units []string, interval time.Duration) <-chan unitctl.Event
+	TimeoutAbort(ctx context.Context, unit string) (time.Duration, error)
 }
 
 // LeaseStore is what the daemon needs of redislease beyond a supervisor's
@@ -74,7 +75,13 @@ func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Systemd, ucf
 // unmanaged. Bad annotations and refused units are logged as config_error
 // and left unmanaged; the rest keep working.
 func (d *Daemon) Reload(ctx context.Context) {
-	groups, problems := d.discover(ctx)
+	groups, problems, complete := d.discover(ctx)
+	if !complete || ctx.Err() != nil {
+		// Units could not be listed (or the daemon is stopping): an empty
+		// answer is not "nothing is annotated". Keep what runs.
+		d.problem(fmt.Sprintf("discovery incomplete, nothing changed: %v", problems))
+		return
+	}
 	d.mu.Lock()
 	d.problems = problems
 	current := map[string][]string{}
@@ -99,14 +106,16 @@ func (d *Daemon) Reload(ctx context.Context) {
 }
 
 // discover returns the units to manage, grouped by lease, and logs every
-// problem.
-func (d *Daemon) discover(ctx context.Context) (map[string][]string, []string) {
+// problem. complete is false when systemd could not list units at all.
+func (d *Daemon) discover(ctx context.Context) (groups map[string][]string, problems []string, complete bool) {
 	anns, errs := d.sd.Discover(ctx)
-	var problems []string
+	complete = len(anns) > 0 || len(errs) == 0
 	for _, err := range errs {
+		var ae *unitctl.AnnotationError
+		complete = complete || errors.As(err, &ae)
 		problems = append(problems, d.configError(err, ""))
 	}
-	groups := map[string][]string{}
+	groups = map[string][]string{}
 	for _, a := range anns {
 		groups[a.Lease] = append(groups[a.Lease], a.Unit)
 	}
@@ -114,7 +123,7 @@ func (d *Daemon) discover(ctx context.Context) (map[string][]string, []string) {
 		slices.Sort(units)
 		groups[lease] = units
 	}
-	return groups, problems
+	return groups, problems, complete
 }
 
 func (d *Daemon) configError(err error, unit string) string {

@@ -49,8 +49,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 		logging.Event, "daemon_start")
 	d.Reload(ctx)
 	d.notify("READY=1")
-	d.fitWatchdog()
-	go d.watchdog(ctx)
+	go d.watchdog(ctx, d.fitWatchdog(ctx))
 	return d.loop(ctx, sd, serveErr)
 }
 
@@ -112,12 +111,10 @@ func notify(log *slog.Logger) func(string) {
 // watchdog sends WATCHDOG=1 only while every supervisor's loop answers
 // within a third of the watchdog interval: a loop that hangs lets systemd
 // kill the daemon, and BindsTo= then stops the units (rule 6).
-func (d *Daemon) watchdog(ctx context.Context) {
-	interval, err := sdaemon.SdWatchdogEnabled(false)
-	if err != nil || interval <= 0 {
+func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
 		return
 	}
-	interval = min(interval, d.cfg.Timing.RenewDeadline)
 	t := time.NewTicker(interval / 2)
 	defer t.Stop()
 	for tick := 0; ; tick++ {
@@ -126,8 +123,8 @@ func (d *Daemon) watchdog(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !d.progressing(ctx, interval/4) {
-			d.log.Error("a lease loop did not answer within "+(interval/4).String()+": withholding the watchdog ping", logging.Event, "watchdog")
+		if !d.progressing(ctx, interval/2) {
+			d.log.Error("a lease loop did not answer within "+(interval/2).String()+": withholding the watchdog ping", logging.Event, "watchdog")
 			continue
 		}
 		d.notify("WATCHDOG=1")
@@ -156,13 +153,31 @@ func (d *Daemon) progressing(ctx context.Context, within time.Duration) bool {
 	return true
 }
 
-// fitWatchdog lowers the watchdog timeout systemd gave the daemon to
-// renew_deadline if that is shorter, so a hung daemon is killed (and its
-// units stopped through BindsTo=) before its lease could lapse.
-func (d *Daemon) fitWatchdog() {
+// fitWatchdog lowers the watchdog timeout so that a daemon hung right
+// after a renewal is killed, and its units stopped through BindsTo=, no
+// later than its own deadline would have stopped them: WatchdogSec +
+// TimeoutAbortSec <= retry + renew_deadline, after which the units stop
+// within stop_wait like any other stop. It returns the interval in force.
+func (d *Daemon) fitWatchdog(ctx context.Context) time.Duration {
 	interval, err := sdaemon.SdWatchdogEnabled(false)
-	if err != nil || interval <= 0 || interval <= d.cfg.Timing.RenewDeadline {
-		return
+	if err != nil || interval <= 0 {
+		return 0
 	}
-	d.notify(fmt.Sprintf("WATCHDOG_USEC=%d", d.cfg.Timing.RenewDeadline.Microseconds()))
+	abort, err := d.sd.TimeoutAbort(ctx, d.daemonUnit())
+	if err != nil {
+		abort = 2 * time.Second
+	}
+	t := d.cfg.Timing
+	fit := t.Retry + t.RenewDeadline - abort
+	if fit < time.Second {
+		d.log.Warn(fmt.Sprintf("TimeoutAbortSec %v of %s leaves under 1s of watchdog within retry %v + renew_deadline %v; using 1s, so a hung daemon may outlive its deadline by %v",
+			abort, d.daemonUnit(), t.Retry, t.RenewDeadline, time.Second-fit), logging.Event, "config_warning")
+		fit = time.Second
+	}
+	if interval > fit {
+		d.log.Info(fmt.Sprintf("watchdog lowered from %v to %v (retry %v + renew_deadline %v - TimeoutAbortSec %v)", interval, fit, t.Retry, t.RenewDeadline, abort))
+		d.notify(fmt.Sprintf("WATCHDOG_USEC=%d", fit.Microseconds()))
+		interval = fit
+	}
+	return interval
 }

@@ -54,7 +54,15 @@ func (d *Daemon) watchUnits(ctx context.Context, units []string) {
 			continue
 		}
 		switch ev.Kind {
-		case unitctl.Failed, unitctl.StoppedBehind:
+		case unitctl.StoppedBehind:
+			if d.daemonStopping(ctx) {
+				// systemd stops the bound units before it signals the
+				// daemon: a planned stop, handed off as such.
+				s.Handoff(ctx)
+				continue
+			}
+			s.UnitFailed(ctx)
+		case unitctl.Failed:
 			s.UnitFailed(ctx)
 		case unitctl.StartedBehind:
 			// Activating: the guard is deciding (and refuses a
@@ -91,4 +99,18 @@ func (s *Supervisor) StartedBehind(ctx context.Context, unit string) {
 	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit); err != nil {
 		s.log.Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
 	}
+}
+
+// daemonStopping reports whether systemd is stopping unitlease.service
+// itself.
+func (d *Daemon) daemonStopping(ctx context.Context) bool {
+	st, err := d.sd.ActiveState(ctx, d.daemonUnit())
+	return err == nil && st == "deactivating"
+}
+
+func (d *Daemon) daemonUnit() string {
+	if d.ucfg.DaemonUnit != "" {
+		return d.ucfg.DaemonUnit
+	}
+	return "unitlease.service"
 }
