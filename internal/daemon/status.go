@@ -44,11 +44,9 @@ func (s *Supervisor) publish(now policy.Instant, j policy.Journal) {
 	m := s.machine
 	st := Status{Lease: s.Lease, Units: s.Units, Node: s.Node, Role: m.State().String(), Since: time.Now()}
 	if prev := s.status.Load(); prev != nil {
-		st.Reason, st.Since = prev.Reason, prev.Since
+		st.Reason = prev.Reason
 		if prev.Role == st.Role {
 			st.Since = prev.Since
-		} else {
-			st.Since = time.Now()
 		}
 	}
 	if j != "" {
