@@ -25,7 +25,18 @@ import (
 // starts refused by the guard on a node without the lease count against
 // that limit, and must not keep the node that acquired it from starting.
 func (s *Systemd) Start(ctx context.Context, unit string) error {
-	s.setIntent(unit, intentRunning)
+	// Until Start returns, a watch reads the unit's inactive or
+	// activating states as the start on its way, not a stop behind our
+	// back: with many starts queued, a unit waits a while for its job.
+	s.setIntent(unit, intentStarting)
+	err := s.start(ctx, unit)
+	if err == nil {
+		s.setIntent(unit, intentRunning)
+	}
+	return err
+}
+
+func (s *Systemd) start(ctx context.Context, unit string) error {
 	w := s.watchers.add(unit)
 	defer s.watchers.remove(w)
 	err := s.startOnce(ctx, unit, w)

@@ -28,6 +28,13 @@ func (s *Systemd) Stop(ctx context.Context, unit string, stopWait time.Duration)
 	defer s.watchers.remove(w)
 	wctx, cancel := context.WithTimeout(ctx, stopWait)
 	defer cancel()
+	// Already stopped with nothing queued (the common case when a daemon
+	// starts and stops every unit it does not hold): no job to wait for.
+	// The intent is set and the watcher added first, so a start that
+	// slips in afterwards is seen.
+	if cur, err := s.state(wctx, unit); err == nil && cur.Stopped() && cur.JobID == 0 {
+		return nil
+	}
 	st := &stopping{s: s, unit: unit, w: w, killAt: time.Now().Add(stopWait - KillMargin(stopWait))}
 	err := st.run(wctx)
 	if err == nil {

@@ -11,8 +11,9 @@ import (
 type intent int
 
 const (
-	intentStopped intent = iota // the default: a unit nobody asked to run
-	intentRunning
+	intentStopped  intent = iota // the default: a unit nobody asked to run
+	intentStarting               // a Start is in progress: inactive is on its way to active
+	intentRunning                // the last Start succeeded
 )
 
 func (s *Systemd) setIntent(unit string, i intent) {
@@ -67,6 +68,8 @@ func classify(i intent, st UnitState) Kind {
 	switch {
 	case i == intentStopped && (st.ActiveState == "activating" || st.Running()):
 		return StartedBehind
+	case i == intentStarting:
+		return Settled // Start itself reports how it ends
 	case i == intentRunning && (st.ActiveState == "deactivating" || st.ActiveState == "inactive"):
 		return StoppedBehind
 	}

@@ -24,6 +24,9 @@ func TestClassify(t *testing.T) {
 		{intentStopped, "active", "running", StartedBehind},
 		{intentStopped, "reloading", "reload", StartedBehind},
 		{intentStopped, "failed", "failed", Failed},
+		{intentStarting, "inactive", "dead", Settled}, // its start job still queued
+		{intentStarting, "activating", "start-pre", Settled},
+		{intentStarting, "failed", "failed", Failed},
 		{intentRunning, "activating", "start", Settled},
 		{intentRunning, "active", "running", Settled},
 		{intentRunning, "activating", "auto-restart", Failed},

@@ -11,11 +11,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -179,11 +182,13 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 	if err != nil {
 		return err
 	}
+	cursor, _, _ := n.Run(ctx, "sh", "-c", "journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
 	time.Sleep(measure)
 	b, err := take(ctx, n, redis)
 	if err != nil {
 		return err
 	}
+	events, all := countEvents(ctx, n, strings.TrimSpace(cursor)), countEvents(ctx, n, "")
 	secs := b.at.Sub(a.at).Seconds()
 	cpu := 100 * (b.cpu - a.cpu).Seconds() / secs
 	var total int64
@@ -204,5 +209,34 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, cpu)
 	fmt.Fprintf(tw, "Redis commands\t%.1f/s (%s)\n", float64(total)/secs, strings.Join(parts, ", "))
 	fmt.Fprintf(tw, "protocol's need: one renewal script per lease per retry\t%.1f/s\n", need)
+	fmt.Fprintf(tw, "journal events while measuring\t%s\n", events)
+	fmt.Fprintf(tw, "journal events since the daemon started\t%s\n", all)
 	return tw.Flush()
+}
+
+// countEvents counts the daemon's UNITLEASE_EVENT values after cursor (or
+// all of them): a steady state has none.
+func countEvents(ctx context.Context, n *vmtests.Node, cursor string) string {
+	args := []string{"journalctl", "--no-pager", "-u", "unitlease.service", "-o", "json", "--output-fields=UNITLEASE_EVENT"}
+	if cursor != "" {
+		args = append(args, "--after-cursor", cursor)
+	}
+	out, _, _ := n.Run(ctx, args...)
+	counts := map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		var e struct {
+			Event string `json:"UNITLEASE_EVENT"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Event != "" {
+			counts[e.Event]++
+		}
+	}
+	if len(counts) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	return strings.Join(parts, ", ")
 }
