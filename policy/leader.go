@@ -24,17 +24,27 @@ func (m *Machine) renewing() bool {
 }
 
 // renewDue is when the next renewal goes out: retry after the last
-// success, then every reply_max while they fail. A confirming node also
-// renews as soon as its confirmation wait is over.
+// success (brought forward to the renew grid), then every reply_max while
+// they fail. A confirming node also renews as soon as its confirmation
+// wait is over.
 func (m *Machine) renewDue() Instant {
 	if m.attempts > 0 {
 		return m.tried.Add(m.t.ReplyMax)
 	}
-	due := m.anchor.Add(m.t.Retry)
+	due := onGrid(m.anchor.Add(m.t.Retry), m.grid)
 	if m.state == Confirming {
 		due = min(due, m.confirmAt)
 	}
 	return due
+}
+
+// onGrid is due brought back to the latest multiple of grid. With grid at
+// most retry and due = anchor + retry, that is still after anchor.
+func onGrid(due, grid Instant) Instant {
+	if grid <= 0 {
+		return due
+	}
+	return due - due%grid
 }
 
 // cancel: the deadline passed without a renewal.

@@ -1,11 +1,25 @@
 package policy
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Config configures a Machine.
 type Config struct {
 	Timing Timing // validated by New; a zero LeaseSpan is derived
 	Seed   uint64 // seeds the poll jitter; the daemon passes a random value
+
+	// RenewGrid, if not zero, brings each renewal forward to the latest
+	// multiple of it on the machine's clock that is still after the last
+	// successful send, so the many leases of one daemon renew at the same
+	// few instants and their requests can share a round trip. A renewal
+	// sent early never weakens the bound: the deadline still counts from
+	// the last successful send, so in the spec's terms Retry shrinks by
+	// exactly what Renew grows, and the law depends on their sum only.
+	// Past the first renewal each is exactly retry apart when retry is a
+	// multiple of the grid. At most Retry.
+	RenewGrid time.Duration
 }
 
 // Machine is one node's policy for one lease: standby and leader in one
@@ -30,6 +44,7 @@ type Config struct {
 // are outside the bound too.
 type Machine struct {
 	t     Timing
+	grid  Instant // Config.RenewGrid
 	state State
 	cause Cause
 	now   Instant // the latest instant seen; Step never goes back
@@ -62,7 +77,10 @@ func New(c Config) (Machine, error) {
 	if err != nil {
 		return Machine{}, err
 	}
-	return Machine{t: t, state: Stopping, cause: CauseStartup, rng: c.Seed}, nil
+	if c.RenewGrid < 0 || c.RenewGrid > t.Retry {
+		return Machine{}, fmt.Errorf("policy: renew grid %v must be between 0 and retry (%v)", c.RenewGrid, t.Retry)
+	}
+	return Machine{t: t, grid: Instant(c.RenewGrid), state: Stopping, cause: CauseStartup, rng: c.Seed}, nil
 }
 
 // handle dispatches e to its transition. Each first checks that the event

@@ -588,3 +588,36 @@ func TestNudgeObservesNowOnlyWhenObserving(t *testing.T) {
 		t.Fatalf("a nudge reset the age: %v", d.m.Age(d.now))
 	}
 }
+
+func TestRenewGridBringsRenewalsForwardOnly(t *testing.T) {
+	tm := DefaultTiming()
+	m, err := New(Config{Timing: tm, Seed: 1, RenewGrid: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &driver{t: t, m: m}
+	d.at(0, ev(Tick)).want(Stopping, StopUnit)
+	d.at(0, ev(UnitStopped)).want(Standby, Observe)
+	d.at(300*time.Millisecond, seen(released("b", 1))).want(Acquiring, Acquire) // sent at 0.3s
+	d.at(s, with(AcquireOK, held("a", 2))).want(Starting, StartUnit)
+	d.at(2*s, ev(UnitStarted)).want(Leader)
+	d.wake().want(Leader, Renew)
+	if d.now != Instant(5*s) {
+		t.Fatalf("first renewal at %v, want 5s: 0.3s + retry brought back to the grid", d.now)
+	}
+	// The deadline still counts from the acquire's send.
+	if want := Instant(300*time.Millisecond + tm.Retry + tm.RenewDeadline); d.m.deadline() != want {
+		t.Fatalf("deadline %v, want %v", d.m.deadline(), want)
+	}
+	d.after(100*time.Millisecond, with(RenewOK, held("a", 3))).want(Leader)
+	for _, want := range []time.Duration{10 * s, 15 * s} {
+		d.wake().want(Leader, Renew)
+		if d.now != Instant(want) {
+			t.Fatalf("renewal at %v, want %v: exactly retry apart on the grid", d.now, want)
+		}
+		d.after(100*time.Millisecond, with(RenewOK, held("a", uint64(want/s)))).want(Leader)
+	}
+	if _, err := New(Config{Timing: tm, RenewGrid: tm.Retry + 1}); err == nil {
+		t.Fatal("a grid longer than retry was accepted")
+	}
+}

@@ -102,14 +102,21 @@ const (
 	faultEvery = 40 * time.Second // mean gap between faults, at the default timing (dense: a third)
 )
 
-func newWorld(tm Timing, c chooser, fail func(string, ...any)) *world {
+// renewGrids are the renew grids a world's nodes draw from: none, a tenth
+// and a quarter of retry, and retry itself.
+func renewGrids(tm Timing) []time.Duration {
+	return []time.Duration{0, tm.Retry / 10, tm.Retry / 4, tm.Retry}
+}
+
+func newWorld(tm Timing, grids []time.Duration, c chooser, fail func(string, ...any)) *world {
 	w := &world{tm: tm, c: c, fail: fail}
 	w.dense = c.draw(0, 1, "dense_faults") == 1
 	w.spec = newSpecMap(w)
 	for i, name := range []string{"a", "b"} {
 		safe := tm
 		safe.LeaseSpan = 0
-		m, err := New(Config{Timing: safe, Seed: uint64(c.draw(0, 1<<30, "seed"))})
+		grid := grids[c.draw(0, len(grids)-1, "renew_grid")]
+		m, err := New(Config{Timing: safe, Seed: uint64(c.draw(0, 1<<30, "seed")), RenewGrid: grid})
 		if err != nil {
 			fail("New: %v", err)
 		}

@@ -78,6 +78,7 @@ type Lease struct {
 // Store is the lease store on one Redis. It is safe for concurrent use.
 type Store struct {
 	rdb       *redis.Client
+	batch     *batcher
 	prefix    string
 	node      string
 	replyMax  time.Duration
@@ -93,8 +94,10 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	rdb := redis.NewClient(opt)
 	return &Store{
-		rdb:       redis.NewClient(opt),
+		rdb:       rdb,
+		batch:     newBatcher(rdb, cfg.ReplyMax),
 		prefix:    cfg.KeyPrefix,
 		node:      cfg.Node,
 		replyMax:  cfg.ReplyMax,
@@ -104,7 +107,10 @@ func New(cfg Config) (*Store, error) {
 }
 
 // Close closes every connection.
-func (s *Store) Close() error { return s.rdb.Close() }
+func (s *Store) Close() error {
+	s.batch.close()
+	return s.rdb.Close()
+}
 
 // Key is the Redis key of a lease.
 func (s *Store) Key(name string) string { return s.prefix + "lease:" + name }
@@ -130,7 +136,11 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 func (s *Store) Observe(ctx context.Context, name string) (Observation, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	raw, err := s.rdb.Get(ctx, s.Key(name)).Bytes()
+	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.Get(ctx, s.Key(name)) })
+	var raw []byte
+	if err == nil {
+		raw, err = cmd.(*redis.StringCmd).Bytes()
+	}
 	if errors.Is(err, redis.Nil) {
 		return Observation{Name: name, Absent: true}, nil
 	}
@@ -258,11 +268,22 @@ func (s *Store) Overwrite(ctx context.Context, seen Observation) (Record, error)
 	return l.Record, err
 }
 
-// run executes a script on a lease key within reply_max.
+// run executes a script on a lease key within reply_max, in a pipeline
+// with whatever other requests are ready. A script Redis does not have
+// (after a restart or SCRIPT FLUSH) did not run, so it is sent again on
+// its own, which loads it.
 func (s *Store) run(ctx context.Context, script *redis.Script, name string, args ...any) ([]any, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	v, err := script.Run(ctx, s.rdb, []string{s.Key(name)}, args...).Slice()
+	keys := []string{s.Key(name)}
+	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) })
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd, err = script.Run(ctx, s.rdb, keys, args...), nil
+	}
+	var v []any
+	if err == nil {
+		v, err = cmd.(*redis.Cmd).Slice()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnknown, s.Key(name), err)
 	}

@@ -184,9 +184,15 @@ func (d *Daemon) problem(p string) {
 	d.mu.Unlock()
 }
 
+// RenewGrid is the renew grid as a fraction of retry: the leases of one
+// daemon renew at ten instants per retry period, so their renewals share
+// pipelines (redislease batches what is ready at once). Only a lease's
+// first renewal comes early, by less than a tenth of retry.
+const RenewGrid = 10
+
 // add starts a supervisor; its first step stops the units (rule 6).
 func (d *Daemon) add(ctx context.Context, lease string, units []string) {
-	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64()})
+	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64(), RenewGrid: d.cfg.Timing.Retry / RenewGrid})
 	if err != nil {
 		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
 		return

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -49,6 +50,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 		logging.Event, "daemon_start")
 	d.Reload(ctx)
 	d.notify("READY=1")
+	// The first discovery reads every unit over D-Bus: a burst of garbage
+	// the steady state never makes again. Hand it back to the kernel now
+	// rather than over the scavenger's minutes.
+	debug.FreeOSMemory()
 	go d.watchdog(ctx, d.fitWatchdog(ctx))
 	return d.loop(ctx, sd, serveErr)
 }

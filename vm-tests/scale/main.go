@@ -10,11 +10,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -183,12 +186,17 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 		return err
 	}
 	cursor, _, _ := n.Run(ctx, "sh", "-c", "journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
+	profiled := profile(measure)
 	time.Sleep(measure)
+	if err := <-profiled; err != nil {
+		return err
+	}
 	b, err := take(ctx, n, redis)
 	if err != nil {
 		return err
 	}
-	events, all := countEvents(ctx, n, strings.TrimSpace(cursor)), countEvents(ctx, n, "")
+	events, notes := countEvents(ctx, n, strings.TrimSpace(cursor))
+	all, startup := countEvents(ctx, n, "")
 	secs := b.at.Sub(a.at).Seconds()
 	cpu := 100 * (b.cpu - a.cpu).Seconds() / secs
 	var total int64
@@ -211,32 +219,93 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 	fmt.Fprintf(tw, "protocol's need: one renewal script per lease per retry\t%.1f/s\n", need)
 	fmt.Fprintf(tw, "journal events while measuring\t%s\n", events)
 	fmt.Fprintf(tw, "journal events since the daemon started\t%s\n", all)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, m := range notes {
+		fmt.Println("  while measuring:", m)
+	}
+	for _, m := range startup[:min(len(startup), 5)] {
+		fmt.Println("  since start:", m)
+	}
+	return nil
+}
+
+// profile fetches a CPU profile over the measurement, then a heap
+// profile, into UNITLEASE_PPROF_DIR (default /tmp), when UNITLEASE_PPROF
+// names the daemon's profiling address.
+func profile(measure time.Duration) <-chan error {
+	done := make(chan error, 1)
+	addr := os.Getenv("UNITLEASE_PPROF")
+	if addr == "" {
+		done <- nil
+		return done
+	}
+	dir := cmp.Or(os.Getenv("UNITLEASE_PPROF_DIR"), os.TempDir())
+	go func() {
+		secs := int((measure - time.Second).Seconds())
+		err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), filepath.Join(dir, "unitlease-cpu.pprof"))
+		if err == nil {
+			err = fetch("http://"+addr+"/debug/pprof/heap", filepath.Join(dir, "unitlease-heap.pprof"))
+		}
+		if err == nil {
+			err = fetch("http://"+addr+"/debug/pprof/heap?debug=1", filepath.Join(dir, "unitlease-heap.txt"))
+		}
+		done <- err
+	}()
+	return done
+}
+
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "scale: wrote", path)
+	return f.Close()
 }
 
 // countEvents counts the daemon's UNITLEASE_EVENT values after cursor (or
-// all of them): a steady state has none.
-func countEvents(ctx context.Context, n *vmtests.Node, cursor string) string {
-	args := []string{"journalctl", "--no-pager", "-u", "unitlease.service", "-o", "json", "--output-fields=UNITLEASE_EVENT"}
+// all of them): a steady state has none. It also returns the first few
+// messages of failures, which a steady state should not have.
+func countEvents(ctx context.Context, n *vmtests.Node, cursor string) (string, []string) {
+	args := []string{"journalctl", "--no-pager", "-u", "unitlease.service", "-o", "json", "--output-fields=UNITLEASE_EVENT,MESSAGE"}
 	if cursor != "" {
 		args = append(args, "--after-cursor", cursor)
 	}
 	out, _, _ := n.Run(ctx, args...)
 	counts := map[string]int{}
+	var notes []string
 	for _, line := range strings.Split(out, "\n") {
 		var e struct {
-			Event string `json:"UNITLEASE_EVENT"`
+			Event   string `json:"UNITLEASE_EVENT"`
+			Message string `json:"MESSAGE"`
 		}
 		if json.Unmarshal([]byte(line), &e) == nil && e.Event != "" {
 			counts[e.Event]++
+			if strings.HasSuffix(e.Event, "_failed") && len(notes) < 10 {
+				notes = append(notes, e.Event+": "+e.Message)
+			}
 		}
 	}
 	if len(counts) == 0 {
-		return "none"
+		return "none", notes
 	}
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, ", "), notes
 }

@@ -1,0 +1,130 @@
+package redislease
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxBatch bounds one pipeline.
+const maxBatch = 256
+
+// A batcher sends every request queued while Redis was busy as one
+// pipeline: one write, one read and one wake-up for many leases. A daemon's
+// leases renew at the same few instants (policy.Config.RenewGrid), so at
+// scale most renewals share a round trip; a lone request goes out at once,
+// with no added wait. Each request keeps its own answer: a pipeline is
+// not a transaction, and a script that failed fails only its own lease.
+type batcher struct {
+	rdb      *redis.Client
+	replyMax time.Duration
+	calls    chan *call
+	stop     chan struct{}
+	closing  sync.Once
+	done     sync.WaitGroup
+	flushes  atomic.Int64 // pipelines sent, for tests and benchmarks
+}
+
+// call is one request in a batch. queue adds its command to the pipeline;
+// cmd holds it, with its reply or error, once done is closed.
+type call struct {
+	ctx   context.Context
+	queue func(redis.Pipeliner) redis.Cmder
+	cmd   redis.Cmder
+	done  chan struct{}
+}
+
+func newBatcher(rdb *redis.Client, replyMax time.Duration) *batcher {
+	b := &batcher{rdb: rdb, replyMax: replyMax, calls: make(chan *call, maxBatch), stop: make(chan struct{})}
+	b.done.Add(1)
+	go b.loop()
+	return b
+}
+
+func (b *batcher) close() {
+	b.closing.Do(func() { close(b.stop) })
+	b.done.Wait()
+}
+
+// do queues a request and waits for its reply, or for ctx's end: then the
+// request may or may not have been sent, and cmd is nil.
+func (b *batcher) do(ctx context.Context, queue func(redis.Pipeliner) redis.Cmder) (redis.Cmder, error) {
+	c := &call{ctx: ctx, queue: queue, done: make(chan struct{})}
+	select {
+	case <-b.stop:
+		return nil, redis.ErrClosed
+	default:
+	}
+	select {
+	case b.calls <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.stop:
+		return nil, redis.ErrClosed
+	}
+	select {
+	case <-c.done:
+		return c.cmd, c.cmd.Err()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (b *batcher) loop() {
+	defer b.done.Done()
+	batch := make([]*call, 0, maxBatch)
+	for {
+		select {
+		case c := <-b.calls:
+			batch = b.collect(append(batch[:0], c))
+			b.flush(batch)
+			clear(batch)
+		case <-b.stop:
+			return
+		}
+	}
+}
+
+// collect adds to batch every call already queued, up to maxBatch.
+func (b *batcher) collect(batch []*call) []*call {
+	for len(batch) < maxBatch {
+		select {
+		case c := <-b.calls:
+			batch = append(batch, c)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// flush sends a batch within the earliest deadline among its calls (every
+// caller bounds its request by reply_max). A call whose caller gave up is
+// left out: it was never sent.
+func (b *batcher) flush(batch []*call) {
+	deadline := time.Now().Add(b.replyMax)
+	pipe := b.rdb.Pipeline()
+	var sent []*call
+	for _, c := range batch {
+		if c.ctx.Err() != nil {
+			continue // its caller returned already and reads nothing
+		}
+		if d, ok := c.ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		c.cmd = c.queue(pipe)
+		sent = append(sent, c)
+	}
+	if len(sent) > 0 {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		cancel()
+		b.flushes.Add(1)
+	}
+	for _, c := range sent {
+		close(c.done)
+	}
+}
