@@ -273,8 +273,11 @@ func (s *Store) Overwrite(ctx context.Context, seen Observation) (Record, error)
 // (after a restart or SCRIPT FLUSH) did not run, so it is sent again on
 // its own, which loads it.
 func (s *Store) run(ctx context.Context, script *redis.Script, name string, args ...any) ([]any, error) {
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.replyMax {
+		var cancel context.CancelFunc
+		ctx, cancel = s.bounded(ctx)
+		defer cancel()
+	}
 	keys := []string{s.Key(name)}
 	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) })
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
@@ -23,13 +25,125 @@ func (s *Systemd) states(ctx context.Context, units ...string) (map[string]UnitS
 	}
 	out := make(map[string]UnitState, len(list))
 	for _, u := range list {
-		out[u.Name] = UnitState{ActiveState: u.ActiveState, SubState: u.SubState, JobID: u.JobId, JobType: u.JobType}
+		out[strings.Clone(u.Name)] = UnitState{ActiveState: intern(u.ActiveState), SubState: intern(u.SubState), JobID: u.JobId, JobType: intern(u.JobType)}
 	}
 	return out, nil
 }
 
-// state reads the state of one unit.
+// interned are the states and job types systemd reports most.
+var interned = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{"", "active", "reloading", "inactive", "failed", "activating", "deactivating",
+		"dead", "running", "exited", "start", "stop", "restart", "auto-restart", "start-pre", "stop-sigterm", "stop-sigkill", "stop-post"} {
+		m[s] = s
+	}
+	return m
+}()
+
+// intern returns a copy of s that does not share memory with the D-Bus
+// message it came from: godbus decodes a message's strings into one
+// buffer, and a state kept for long (a watch's last state of every unit)
+// would keep every buffer alive.
+func intern(s string) string {
+	if i, ok := interned[s]; ok {
+		return i
+	}
+	return strings.Clone(s)
+}
+
+// state reads the state of one unit. Reads asked for while another is in
+// flight go out together in one call (stateReads): a daemon that starts
+// with a thousand units asks for a thousand states at once.
 func (s *Systemd) state(ctx context.Context, unit string) (UnitState, error) {
+	r := &stateRead{ctx: ctx, unit: unit, done: make(chan struct{})}
+	s.reads.mu.Lock()
+	s.reads.queued = append(s.reads.queued, r)
+	if !s.reads.running {
+		s.reads.running = true
+		go s.readStates()
+	}
+	s.reads.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return UnitState{}, unanswered(ctx, nil)
+	}
+	switch {
+	case r.found:
+		return r.st, nil
+	case r.err != nil && ctx.Err() != nil:
+		return r.st, r.err
+	}
+	// Not reported under its own name, or the batch ended at another
+	// read's earlier deadline: once more, alone.
+	return s.stateAlone(ctx, unit)
+}
+
+// stateReads are the reads of state waiting for the next call.
+type stateReads struct {
+	mu      sync.Mutex
+	queued  []*stateRead
+	running bool         // readStates is running
+	calls   atomic.Int64 // calls made, for tests
+}
+
+type stateRead struct {
+	ctx   context.Context
+	unit  string
+	st    UnitState
+	found bool // reported under this name
+	err   error
+	done  chan struct{}
+}
+
+// readStates answers the queued reads, a batch per call, until none is
+// left. A batch's call ends at the earliest deadline among its reads.
+func (s *Systemd) readStates() {
+	for {
+		s.reads.mu.Lock()
+		batch := s.reads.queued
+		s.reads.queued = nil
+		if len(batch) == 0 {
+			s.reads.running = false
+			s.reads.mu.Unlock()
+			return
+		}
+		s.reads.mu.Unlock()
+		var (
+			units    []string
+			deadline time.Time
+		)
+		for _, r := range batch {
+			if r.ctx.Err() != nil {
+				continue
+			}
+			units = append(units, r.unit)
+			if d, ok := r.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+				deadline = d
+			}
+		}
+		var states map[string]UnitState
+		var err error
+		if len(units) > 0 {
+			ctx, cancel := s.life, context.CancelFunc(func() {})
+			if !deadline.IsZero() {
+				ctx, cancel = context.WithDeadline(s.life, deadline)
+			}
+			states, err = s.states(ctx, units...)
+			cancel()
+			s.reads.calls.Add(1)
+		}
+		for _, r := range batch {
+			r.st, r.found = states[r.unit]
+			r.err = err
+			close(r.done)
+		}
+	}
+}
+
+// stateAlone reads one unit's state in a call of its own, so that a unit
+// systemd reports under another of its names is found.
+func (s *Systemd) stateAlone(ctx context.Context, unit string) (UnitState, error) {
 	m, err := s.states(ctx, unit)
 	if err != nil {
 		return UnitState{}, err

@@ -53,6 +53,7 @@ type Systemd struct {
 
 	watchers watchers
 	reloads  reloads
+	reads    stateReads
 	life     context.Context // the links' context: godbus closes a connection when it ends
 	done     context.CancelFunc
 }

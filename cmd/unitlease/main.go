@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -81,6 +82,12 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 		// showing why it did not start.
 		log.Error("not starting: "+err.Error(), logging.Event, "config_error", "OBJECT_SYSTEMD_UNIT", "unitlease.service")
 		return 1
+	}
+	// The daemon's live heap is small and steady: half the default GC
+	// target keeps its memory near it, for a few tenths of a percent of a
+	// core at 1,000 leases. GOGC in the environment overrides.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -50,10 +50,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 		logging.Event, "daemon_start")
 	d.Reload(ctx)
 	d.notify("READY=1")
-	// The first discovery reads every unit over D-Bus: a burst of garbage
-	// the steady state never makes again. Hand it back to the kernel now
-	// rather than over the scavenger's minutes.
-	debug.FreeOSMemory()
 	go d.watchdog(ctx, d.fitWatchdog(ctx))
 	return d.loop(ctx, sd, serveErr)
 }
@@ -139,11 +135,15 @@ func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// updateStatus sends STATUS= when the summary changed.
+// updateStatus sends STATUS= when the summary changed. A change ends a
+// burst (the start, a reload, many leases moving at once) whose garbage
+// the steady state never makes again: it is handed back to the kernel now
+// rather than over the scavenger's minutes.
 func (d *Daemon) updateStatus() {
 	if status := d.summary(); status != d.lastStatus {
 		d.lastStatus = status
 		d.notify("STATUS=" + status)
+		debug.FreeOSMemory()
 	}
 }
 
