@@ -73,6 +73,9 @@ func parseAnnotation(unit string, files []string, contents [][]byte) (*Annotatio
 	if a == nil {
 		return nil, nil
 	}
+	// The names come from D-Bus messages: copies keep a long-lived
+	// annotation from holding on to the messages' buffers.
+	a.Unit, a.File = strings.Clone(a.Unit), strings.Clone(a.File)
 	return a, a.expand()
 }
 

@@ -55,6 +55,7 @@ type Daemon struct {
 	watchers context.CancelFunc  // the wake-up and unit watches of the current set
 
 	lastStatus string // the last STATUS= sent by the watchdog loop
+	settling   bool   // it changed since the last FreeOSMemory
 }
 
 type running struct {

@@ -109,9 +109,10 @@ func notify(log *slog.Logger) func(string) {
 	}
 }
 
-// watchdog sends WATCHDOG=1 only while every supervisor's loop answers
-// within a third of the watchdog interval: a loop that hangs lets systemd
-// kill the daemon, and BindsTo= then stops the units (rule 6).
+// watchdog sends WATCHDOG=1 only while no supervisor's loop has been busy
+// with one event for more than half the watchdog interval: a loop that
+// hangs lets systemd kill the daemon, and BindsTo= then stops the units
+// (rule 6). It reads each loop's state and wakes none of them.
 func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		return
@@ -124,8 +125,8 @@ func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if !d.progressing(ctx, interval/2) {
-			d.log.Error("a lease loop did not answer within "+(interval/2).String()+": withholding the watchdog ping", logging.Event, "watchdog")
+		if !d.progressing(interval / 2) {
+			d.log.Error("a lease loop has been busy with one event for more than "+(interval/2).String()+": withholding the watchdog ping", logging.Event, "watchdog")
 			continue
 		}
 		d.notify("WATCHDOG=1")
@@ -135,23 +136,27 @@ func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// updateStatus sends STATUS= when the summary changed. A change ends a
-// burst (the start, a reload, many leases moving at once) whose garbage
-// the steady state never makes again: it is handed back to the kernel now
-// rather than over the scavenger's minutes.
+// updateStatus sends STATUS= when the summary changed. The first time it
+// finds the summary as it was, after a change, a burst has ended (the
+// start, a reload, many leases moving at once) whose garbage the steady
+// state never makes again: it is handed back to the kernel then, rather
+// than over the scavenger's minutes.
 func (d *Daemon) updateStatus() {
-	if status := d.summary(); status != d.lastStatus {
-		d.lastStatus = status
+	status := d.summary()
+	if status != d.lastStatus {
+		d.lastStatus, d.settling = status, true
 		d.notify("STATUS=" + status)
+		return
+	}
+	if d.settling {
+		d.settling = false
 		debug.FreeOSMemory()
 	}
 }
-
-func (d *Daemon) progressing(ctx context.Context, within time.Duration) bool {
-	pctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
+func (d *Daemon) progressing(within time.Duration) bool {
+	now := d.clock()
 	for _, r := range d.running() {
-		if !r.sup.Ping(pctx) {
+		if r.sup.Stuck(now, within) {
 			return false
 		}
 	}

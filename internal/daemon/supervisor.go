@@ -56,7 +56,7 @@ type Supervisor struct {
 
 	events  chan policy.Event
 	nudges  chan struct{}
-	pings   chan chan struct{}
+	busy    atomic.Int64 // 1 + the Instant the loop took an event, or 0 while it waits
 	status  atomic.Pointer[Status]
 	garbage string // the last garbage value reported, to report each once
 }
@@ -70,7 +70,6 @@ func NewSupervisor(lease string, units []string, node string, m policy.Machine, 
 		log:    log.With(logging.Lease, lease, logging.Node, node),
 		events: make(chan policy.Event, 4),
 		nudges: make(chan struct{}, 1),
-		pings:  make(chan chan struct{}),
 	}
 	s.publish(s.clock(), "")
 	return s
@@ -85,6 +84,7 @@ func (s *Supervisor) Run(ctx context.Context) {
 	for {
 		wake := s.step(ctx, ev)
 		resetTimer(timer, s.clock(), wake)
+		s.busy.Store(0)
 		var ok bool
 		if ev, ok = s.next(ctx, timer); !ok {
 			return
@@ -92,22 +92,17 @@ func (s *Supervisor) Run(ctx context.Context) {
 	}
 }
 
-// next waits for the next event; pings are answered on the way without a
-// step, since they change nothing.
+// next waits for the next event.
 func (s *Supervisor) next(ctx context.Context, timer *time.Timer) (policy.Event, bool) {
-	for {
-		select {
-		case <-ctx.Done():
-			return policy.Event{}, false
-		case ev := <-s.events:
-			return ev, true
-		case <-timer.C:
-			return policy.Event{Kind: policy.Tick}, true
-		case <-s.nudges:
-			return policy.Event{Kind: policy.Nudge}, true
-		case reply := <-s.pings:
-			close(reply)
-		}
+	select {
+	case <-ctx.Done():
+		return policy.Event{}, false
+	case ev := <-s.events:
+		return ev, true
+	case <-timer.C:
+		return policy.Event{Kind: policy.Tick}, true
+	case <-s.nudges:
+		return policy.Event{Kind: policy.Nudge}, true
 	}
 }
 
@@ -126,6 +121,7 @@ func resetTimer(t *time.Timer, now, wake policy.Instant) {
 // step feeds one event to the machine and starts what it asks.
 func (s *Supervisor) step(ctx context.Context, ev policy.Event) policy.Instant {
 	now := s.clock()
+	s.busy.Store(int64(now) + 1)
 	before := s.machine.State()
 	next, out := s.machine.Step(now, ev)
 	s.machine = next
@@ -149,21 +145,12 @@ func (s *Supervisor) Nudge() {
 	}
 }
 
-// Ping returns once the loop has taken a turn, or false if ctx ends first:
-// the watchdog's proof of progress.
-func (s *Supervisor) Ping(ctx context.Context) bool {
-	reply := make(chan struct{})
-	select {
-	case s.pings <- reply:
-	case <-ctx.Done():
-		return false
-	}
-	select {
-	case <-reply:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+// Stuck reports whether the loop took an event more than within before
+// now and has not finished with it: the watchdog's sign of a hang. A loop
+// waiting for its next event is never stuck, however long it waits.
+func (s *Supervisor) Stuck(now policy.Instant, within time.Duration) bool {
+	b := s.busy.Load()
+	return b != 0 && now.Sub(policy.Instant(b-1)) > within
 }
 
 // Handoff feeds a planned handoff (or a shutdown) to the machine.

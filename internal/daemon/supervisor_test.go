@@ -233,3 +233,48 @@ func TestSupervisorHandoffStopsThenReleases(t *testing.T) {
 		}
 	})
 }
+
+// gatedHandler blocks every log write until its gate is closed, like a
+// journald that stopped reading.
+type gatedHandler struct{ gate chan struct{} }
+
+func (h gatedHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h gatedHandler) Handle(context.Context, slog.Record) error {
+	<-h.gate
+	return nil
+}
+func (h gatedHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h gatedHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestSupervisorStuckOnlyWhileBusy: a loop blocked in a step for longer
+// than the watchdog allows is stuck; a loop waiting for its next event is
+// not, however long it waits.
+func TestSupervisorStuckOnlyWhileBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate := make(chan struct{})
+		clock := MonotonicClock()
+		s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, clock, slog.New(gatedHandler{gate}))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go s.Run(ctx)
+		synctest.Wait() // the startup stop is journalled: the step blocks
+		time.Sleep(10 * time.Second)
+		if !s.Stuck(clock(), 5*time.Second) {
+			t.Fatal("a loop blocked in a step for 10s is not stuck")
+		}
+		if s.Stuck(clock(), 20*time.Second) {
+			t.Fatal("stuck before its limit")
+		}
+		close(gate)
+		synctest.Wait()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if s.Stuck(clock(), 5*time.Second) {
+			t.Fatal("a loop waiting for its next event is stuck")
+		}
+	})
+}
