@@ -42,12 +42,13 @@ type Options struct {
 type Systemd struct {
 	opts Options
 
-	mu      sync.Mutex
-	link    *link // nil until dialled, or after it was found broken
-	closed  bool
-	dialled bool       // a link was made before: the next one is a reconnect
-	dialMu  sync.Mutex // one dial at a time
-	intents map[string]intent
+	mu        sync.Mutex
+	link      *link // nil until dialled, or after it was found broken
+	closed    bool
+	dialled   bool       // a link was made before: the next one is a reconnect
+	dialMu    sync.Mutex // one dial at a time
+	intents   map[string]intentAt
+	intentGen uint64 // intents set so far
 
 	killSignal int32 // SIGKILL; tests swap in a harmless signal to play an unkillable process
 
@@ -68,7 +69,7 @@ func Dial(ctx context.Context, opts Options) (*Systemd, error) {
 	}
 	s := &Systemd{
 		opts:       opts,
-		intents:    map[string]intent{},
+		intents:    map[string]intentAt{},
 		killSignal: int32(syscall.SIGKILL),
 		watchers:   watchers{set: map[*watcher]bool{}},
 		reloads:    reloads{set: map[chan struct{}]bool{}},
@@ -155,7 +156,7 @@ func (s *Systemd) forget(l *link) {
 func (s *Systemd) pump(l *link) {
 	for sig := range l.signals {
 		if unit, props, ok := unitChange(sig); ok {
-			s.watchers.deliver(unit, props)
+			s.watchers.deliver(unit, props, s.generation())
 		} else if reloaded(sig) {
 			s.reloads.notify()
 		}

@@ -19,13 +19,28 @@ const (
 func (s *Systemd) setIntent(unit string, i intent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.intents[unit] = i
+	s.intentGen++
+	s.intents[unit] = intentAt{i, s.intentGen}
 }
 
-func (s *Systemd) intent(unit string) intent {
+// intentAt is an intent and when it was set, counted in setIntent calls.
+type intentAt struct {
+	intent
+	gen uint64
+}
+
+func (s *Systemd) intent(unit string) intentAt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.intents[unit]
+}
+
+// generation counts the intents set so far. A state read or received
+// after it was taken is compared with no intent set before it.
+func (s *Systemd) generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.intentGen
 }
 
 func (s *Systemd) ticker() *time.Ticker { return time.NewTicker(s.opts.PollInterval) }
@@ -118,7 +133,7 @@ func (wt *watching) run(ctx context.Context, w *watcher, interval time.Duration)
 			return
 		case c := <-w.changes:
 			st := wt.last[c.unit]
-			if stateFrom(&st, c.props) && !wt.emit(ctx, c.unit, st) {
+			if stateFrom(&st, c.props) && !wt.emit(ctx, c.unit, st, c.gen) {
 				return
 			}
 		case <-w.resync:
@@ -136,13 +151,14 @@ func (wt *watching) run(ctx context.Context, w *watcher, interval time.Duration)
 // readAll re-reads every unit and reports those that changed. It returns
 // false once the watch is over.
 func (wt *watching) readAll(ctx context.Context) bool {
+	gen := wt.s.generation()
 	states, err := wt.s.states(ctx, wt.units...)
 	if err != nil {
 		wt.s.opts.Logf("unitctl: watch: %v", err)
 		return ctx.Err() == nil && wt.s.life.Err() == nil
 	}
 	for _, u := range slices.Sorted(maps.Keys(states)) {
-		if !wt.emit(ctx, u, states[u]) {
+		if !wt.emit(ctx, u, states[u], gen) {
 			return false
 		}
 	}
@@ -150,13 +166,22 @@ func (wt *watching) readAll(ctx context.Context) bool {
 }
 
 // emit sends an event if the state differs from the last one reported.
-func (wt *watching) emit(ctx context.Context, unit string, st UnitState) bool {
+// gen is the intent generation when the state was asked for (a read) or
+// received (a signal). A state from before the unit's last Start or Stop
+// is left for the next read: the intent it would be classified against
+// came after it (a list of every unit, taken just before a Start, must not
+// report that unit as stopped behind the daemon's back).
+func (wt *watching) emit(ctx context.Context, unit string, st UnitState, gen uint64) bool {
+	i := wt.s.intent(unit)
+	if i.gen > gen {
+		return true
+	}
 	prev, seen := wt.last[unit]
 	if seen && prev.ActiveState == st.ActiveState && prev.SubState == st.SubState {
 		return true
 	}
 	wt.last[unit] = st
-	ev := Event{Unit: unit, State: st, Kind: classify(wt.s.intent(unit), st)}
+	ev := Event{Unit: unit, State: st, Kind: classify(i.intent, st)}
 	select {
 	case wt.out <- ev:
 		return true

@@ -86,3 +86,24 @@ func TestUnitChange(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleStateIsNotClassified: a state read before the unit's last
+// Start is not reported against it (it would read as stopped behind the
+// daemon's back); one read after is.
+func TestStaleStateIsNotClassified(t *testing.T) {
+	s := &Systemd{intents: map[string]intentAt{}, life: t.Context()}
+	out := make(chan Event, 4)
+	wt := watching{s: s, units: []string{"u.service"}, out: out, last: map[string]UnitState{}}
+	before := s.generation()
+	s.setIntent("u.service", intentRunning)
+	inactive := UnitState{ActiveState: "inactive", SubState: "dead"}
+	if !wt.emit(t.Context(), "u.service", inactive, before) || len(out) != 0 {
+		t.Fatalf("a state from before the Start was reported: %v", <-out)
+	}
+	if !wt.emit(t.Context(), "u.service", inactive, s.generation()) || len(out) != 1 {
+		t.Fatal("a state from after the Start was not reported")
+	}
+	if ev := <-out; ev.Kind != StoppedBehind {
+		t.Fatalf("kind %v, want stopped-behind", ev.Kind)
+	}
+}

@@ -10,6 +10,7 @@ import (
 type change struct {
 	unit  string
 	props map[string]dbus.Variant
+	gen   uint64 // the intent generation when it arrived
 }
 
 // watcher receives the changes of some units. Delivery never blocks the
@@ -45,7 +46,7 @@ func (ws *watchers) remove(w *watcher) {
 	delete(ws.set, w)
 }
 
-func (ws *watchers) deliver(unit string, props map[string]dbus.Variant) {
+func (ws *watchers) deliver(unit string, props map[string]dbus.Variant, gen uint64) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for w := range ws.set {
@@ -53,7 +54,7 @@ func (ws *watchers) deliver(unit string, props map[string]dbus.Variant) {
 			continue
 		}
 		select {
-		case w.changes <- change{unit, props}:
+		case w.changes <- change{unit, props, gen}:
 		default:
 			w.poke()
 		}
