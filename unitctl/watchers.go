@@ -83,9 +83,9 @@ func stateFrom(st *UnitState, props map[string]dbus.Variant) bool {
 	if !ok {
 		return false
 	}
-	st.ActiveState = as
+	st.ActiveState = intern(as)
 	if sub, ok := props["SubState"].Value().(string); ok {
-		st.SubState = sub
+		st.SubState = intern(sub)
 	}
 	return true
 }

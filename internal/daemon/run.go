@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/metrics"
 	"syscall"
 	"time"
 
@@ -136,11 +137,12 @@ func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// updateStatus sends STATUS= when the summary changed. The first time it
-// finds the summary as it was, after a change, a burst has ended (the
-// start, a reload, many leases moving at once) whose garbage the steady
-// state never makes again: it is handed back to the kernel then, rather
-// than over the scavenger's minutes.
+// updateStatus sends STATUS= when the summary changed. It also hands
+// free heap memory back to the kernel, rather than over the scavenger's
+// minutes: the first time it finds the summary as it was after a change
+// (a burst has ended: the start, a reload, many leases moving at once,
+// whose garbage the steady state never makes again), and whenever more
+// than freeSlack of the heap lies free.
 func (d *Daemon) updateStatus() {
 	status := d.summary()
 	if status != d.lastStatus {
@@ -148,10 +150,23 @@ func (d *Daemon) updateStatus() {
 		d.notify("STATUS=" + status)
 		return
 	}
-	if d.settling {
+	if d.settling || heapFree() > freeSlack {
 		d.settling = false
 		debug.FreeOSMemory()
 	}
+}
+
+// freeSlack is how much free heap the daemon keeps from the kernel.
+const freeSlack = 4 << 20
+
+// heapFree is the heap memory that is free but not yet returned.
+func heapFree() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 func (d *Daemon) progressing(within time.Duration) bool {
 	now := d.clock()
