@@ -15,6 +15,7 @@ import (
 
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
+	"github.com/unitlease/unitlease/unitctl"
 )
 
 // DefaultPath is where the daemon and the CLI read their configuration.
@@ -205,6 +206,10 @@ func (c *Config) timing(f file, at func(key, msg string) error) error {
 			return at("timing."+k.key, fmt.Sprintf("%q is not a duration like \"5s\" or \"1m30s\"", *k.raw))
 		}
 		*k.dst = d
+	}
+	if t.StopWait < unitctl.MinStopWait {
+		// The policy would take it, but no unit could be stopped within it.
+		return at("timing.stop_wait", fmt.Sprintf("stop_wait %v is below %v: a stop needs room for SIGTERM, then SIGKILL", t.StopWait, unitctl.MinStopWait))
 	}
 	resolved, err := t.Resolved()
 	if err != nil {

@@ -65,6 +65,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"node = \"bad name\"\n", `u.toml:1: node: node name "bad name"`},
 		{"[timing]\nlease_span = \"30s\"\n", "u.toml:2: timing.lease_span: lease_span 30s is below the safe minimum"},
 		{"[timing]\npoll_min = \"20s\"\n", "u.toml:2: timing.poll_min: poll_min 20s is above poll_max 11s"},
+		{"[timing]\nstop_wait = \"300ms\"\n", "u.toml:2: timing.stop_wait: stop_wait 300ms is below 1s"},
 		{"[redis]\nurl = \"redis://u:pw@h:1/0\"\n", "u.toml:2: redis.url: a password in the URL"},
 		{"[redis]\npool_size = -1\n", "u.toml:2: redis.pool_size: -1 is negative"},
 		{"node = \n", "u.toml:1:"},
