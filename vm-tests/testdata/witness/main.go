@@ -7,8 +7,9 @@
 //	witness -dir /shared -name demo [-on-term exit|ignore|delay=DURATION]
 //
 // Log lines in DIR/NAME.log: "start NODE NS", "stop NODE NS",
-// "violation NODE NS". Writes are single O_APPEND writes, atomic across
-// nodes.
+// "violation NODE NS", and "fail NODE NS" when SIGUSR1 makes it exit with
+// status 1 (a unit that fails on its own, whatever -on-term says). Writes
+// are single O_APPEND writes, atomic across nodes.
 package main
 
 import (
@@ -39,7 +40,10 @@ func main() {
 		w.record("violation")
 	}
 	w.record("start")
-	w.wait(*onTerm)
+	if w.wait(*onTerm) {
+		w.record("fail")
+		os.Exit(1)
+	}
 	w.record("stop")
 }
 
@@ -59,24 +63,37 @@ func (w *witness) record(what string) {
 	}
 }
 
-// wait returns when the witness should exit.
-func (w *witness) wait(onTerm string) {
+// wait returns when the witness should exit: true when SIGUSR1 asks it
+// to fail.
+func (w *witness) wait(onTerm string) (failed bool) {
 	term := make(chan os.Signal, 1)
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	switch {
 	case onTerm == "ignore":
 		signal.Ignore(syscall.SIGTERM)
-		select {} // only SIGKILL ends it
+		<-usr1 // otherwise only SIGKILL ends it
+		return true
 	case strings.HasPrefix(onTerm, "delay="):
 		d, err := time.ParseDuration(strings.TrimPrefix(onTerm, "delay="))
 		if err != nil {
 			fail(err)
 		}
-		<-term
+		select {
+		case <-term:
+		case <-usr1:
+			return true
+		}
 		time.Sleep(d)
 	default:
-		<-term
+		select {
+		case <-term:
+		case <-usr1:
+			return true
+		}
 	}
+	return false
 }
 
 func fail(err error) {

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/unitlease/unitlease/policy"
+)
+
+// profile is a timing the scenarios run with.
+type profile struct {
+	name   string
+	t      policy.Timing // the values unitlease.toml sets (or the defaults)
+	timing string        // the [timing] table; "" leaves the daemon's defaults
+	dropIn string        // a drop-in of unitlease.service; "" for none
+	under  time.Duration // a crash failover must take less than this; 0: no such target
+}
+
+// fastTiming is the tests' profile: the fastest timing the daemon runs
+// without a warning. stop_wait may not go below 1 s (unitctl.MinStopWait:
+// room for SIGTERM, then SIGKILL). The watchdog must fit: the daemon sets
+// WatchdogSec to retry + renew_deadline - TimeoutAbortSec, and no lower
+// than 1 s, so that a hung daemon is killed (and its unit stopped through
+// BindsTo=) before its own deadline. With the packaged TimeoutAbortSec=2s
+// that needs retry + renew_deadline >= 3 s; the profile's drop-in
+// shortens the abort to 100 ms instead (the SIGABRT goroutine dump gets
+// less time to reach the journal), so retry + renew_deadline = 1.1 s.
+// With the 1 s scheduling delay in the margin the lease span is 3.106 s.
+// A standby polls every 50 to 100 ms: after a crash it may see the last
+// renewal up to poll_max late and then notice the lease span is over up to
+// poll_max late again, so the worst crash gap is lease span + 2·poll_max +
+// start, which a short poll keeps within 5% of lease span + poll_max + start.
+var fastTiming = policy.Timing{
+	Retry:         200 * time.Millisecond,
+	RenewDeadline: 900 * time.Millisecond,
+	StopWait:      time.Second,
+	ReplyMax:      150 * time.Millisecond,
+	PollMin:       50 * time.Millisecond,
+	PollMax:       100 * time.Millisecond,
+}
+
+var profiles = map[string]profile{
+	"fast": {
+		name:   "fast",
+		t:      fastTiming,
+		timing: timingTable(fastTiming),
+		dropIn: "[Service]\nTimeoutAbortSec=100ms\n",
+		under:  3 * time.Second,
+	},
+	"default": {
+		name: "default",
+		t:    policy.DefaultTiming(),
+	},
+}
+
+// timingTable renders t as unitlease.toml's [timing] table.
+func timingTable(t policy.Timing) string {
+	return fmt.Sprintf("[timing]\nretry = %q\nrenew_deadline = %q\nstop_wait = %q\nreply_max = %q\npoll_min = %q\npoll_max = %q\n",
+		t.Retry, t.RenewDeadline, t.StopWait, t.ReplyMax, t.PollMin, t.PollMax)
+}
+
+// confirmWait is how long a node that acquired over a missing key waits
+// before it may start (policy's confirm wait, which is unexported): the
+// observe gap poll_max + 2·reply_max + SchedulingDelay, stretched by
+// (1+ρ)/(1−ρ) and rounded to the first whole millisecond above.
+func confirmWait(t policy.Timing) time.Duration {
+	gap := t.PollMax + 2*t.ReplyMax + policy.SchedulingDelay
+	const million = 1_000_000
+	us := int64((gap + time.Microsecond - 1) / time.Microsecond)
+	num := us * (million + policy.DriftPPM)
+	den := int64(million - policy.DriftPPM)
+	scaled := (num + den - 1) / den
+	return (time.Duration(scaled)/1000 + 1) * time.Millisecond
+}
+
+// The bounds on the time with no copy running. start is the new copy's
+// activation as systemd ran it (from leaving inactive, the guard included,
+// until the witness logged its start).
+type bounds struct {
+	leaseSpan, pollMax, confirm time.Duration
+}
+
+// crash: a standby waits out the lease span unchanged, notices at a poll
+// and starts the unit.
+func (b bounds) crash(start time.Duration) (time.Duration, string) {
+	return b.leaseSpan + b.pollMax + start, fmt.Sprintf("lease span %v + poll_max %v + start %v", b.leaseSpan, b.pollMax, start.Round(time.Millisecond))
+}
+
+// missing: the key is gone (Redis lost it, or a new lease), so the node
+// that acquires waits the confirm wait before it starts (DESIGN.md rule 4).
+func (b bounds) missing(start time.Duration) (time.Duration, string) {
+	return b.leaseSpan + b.pollMax + b.confirm + start, fmt.Sprintf("lease span %v + poll_max %v + confirm wait %v + start %v",
+		b.leaseSpan, b.pollMax, b.confirm, start.Round(time.Millisecond))
+}
+
+// reboot: every node down and up again, then the crash bound.
+func (b bounds) reboot(reboot, start time.Duration) (time.Duration, string) {
+	d, s := b.crash(start)
+	return reboot + d, fmt.Sprintf("reboot %v + %s", reboot.Round(time.Millisecond), s)
+}
+
+// handoff: the unit's own stop and start.
+func handoffBound(stop, start time.Duration) (time.Duration, string) {
+	return stop + start, fmt.Sprintf("stop %v + start %v", stop.Round(time.Millisecond), start.Round(time.Millisecond))
+}
