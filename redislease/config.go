@@ -82,6 +82,11 @@ func (c Config) options() (*redis.Options, error) {
 		opt.PoolSize = 16
 	}
 	opt.PoolTimeout = c.ReplyMax
+	// Requests and replies are a few hundred bytes; a pipeline carries at
+	// most maxBatch of them. go-redis's defaults (32 KiB per buffer, 128 KiB
+	// for pipelines) would hold several megabytes for nothing.
+	opt.ReadBufferSize, opt.WriteBufferSize = 4<<10, 4<<10
+	opt.PipelineReadBufferSize, opt.PipelineWriteBufferSize = 32<<10, 32<<10
 	return opt, nil
 }
 
