@@ -9,8 +9,17 @@ import (
 )
 
 // UnitPoll is how often a unit's state is re-read when no event came: the
-// backstop behind systemd's signals.
-const UnitPoll = 5 * time.Second
+// backstop behind systemd's signals (which are resynchronised after every
+// reconnect or overflow anyway). The re-read lists every managed unit in
+// one call, whose cost grows with them, so past 250 units its period grows
+// too: unitPollPerUnit per unit.
+const (
+	UnitPoll        = 5 * time.Second
+	unitPollPerUnit = 20 * time.Millisecond
+)
+
+// unitPoll is the backstop's period for n units.
+func unitPoll(n int) time.Duration { return max(UnitPoll, time.Duration(n)*unitPollPerUnit) }
 
 // rewatch restarts the wake-up subscription and the unit watch for the
 // current set of leases.
@@ -48,7 +57,7 @@ func (d *Daemon) wakeups(ctx context.Context, leases []string) {
 // unit is unit_failed; a start behind its back on a node that does not
 // hold the lease is stopped at once.
 func (d *Daemon) watchUnits(ctx context.Context, units []string) {
-	for ev := range d.sd.Watch(ctx, units, UnitPoll) {
+	for ev := range d.sd.Watch(ctx, units, unitPoll(len(units))) {
 		s := d.supervisorOf(ev.Unit)
 		if s == nil {
 			continue

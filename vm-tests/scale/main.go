@@ -124,8 +124,15 @@ func install(ctx context.Context, n *vmtests.Node, bin string, service []byte, r
 	}
 	// Units go in with one shell command: a thousand CopyIns would take a while.
 	script := fmt.Sprintf(`for i in $(seq -w 1 %d); do printf '%%s' "$UNIT" > /etc/systemd/system/scale-$i.service; done; systemctl daemon-reload`, leases)
+	// UNITLEASE_PPROF serves profiles; UNITLEASE_SCALE_ENV (e.g. "GOGC=100")
+	// sets the daemon's environment, for experiments.
+	var env []string
 	if addr := os.Getenv("UNITLEASE_PPROF"); addr != "" {
-		script += "; mkdir -p /etc/systemd/system/unitlease.service.d; printf '[Service]\\nEnvironment=UNITLEASE_PPROF=" + addr + "\\n' > /etc/systemd/system/unitlease.service.d/pprof.conf; systemctl daemon-reload"
+		env = append(env, "UNITLEASE_PPROF="+addr)
+	}
+	env = append(env, strings.Fields(os.Getenv("UNITLEASE_SCALE_ENV"))...)
+	if len(env) > 0 {
+		script += "; mkdir -p /etc/systemd/system/unitlease.service.d; printf '[Service]\\nEnvironment=" + strings.Join(env, " ") + "\\n' > /etc/systemd/system/unitlease.service.d/env.conf; systemctl daemon-reload"
 	}
 	_, stderr, err := n.Run(ctx, "env", "UNIT="+unit, "sh", "-c", script)
 	if err != nil {
@@ -244,7 +251,12 @@ func profile(measure time.Duration) <-chan error {
 	dir := cmp.Or(os.Getenv("UNITLEASE_PPROF_DIR"), os.TempDir())
 	go func() {
 		secs := int((measure - time.Second).Seconds())
-		err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), filepath.Join(dir, "unitlease-cpu.pprof"))
+		// A heap profile now, as the base of the one at the end: what the
+		// steady state allocates is the difference.
+		err := fetch("http://"+addr+"/debug/pprof/heap", filepath.Join(dir, "unitlease-heap-base.pprof"))
+		if err == nil {
+			err = fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), filepath.Join(dir, "unitlease-cpu.pprof"))
+		}
 		if err == nil {
 			err = fetch("http://"+addr+"/debug/pprof/heap", filepath.Join(dir, "unitlease-heap.pprof"))
 		}
