@@ -1,6 +1,7 @@
 package unitctl
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,18 +37,43 @@ func (s *Systemd) Validate(ctx context.Context, unit string, cfg Config) (*Plan,
 
 // Install writes the drop-in of every plan, has systemd reload once for
 // the whole batch, and checks that each drop-in is in effect as written.
-// It returns the units whose check failed (their drop-in stays in place:
-// the guard keeps a non-holder from starting them; Uninstall removes it)
-// and an error if the batch failed as a whole.
+// A drop-in already on disk byte for byte is not rewritten, and if none
+// changed there is no reload unless the check finds one needed (a daemon
+// restarting, or a unit moving to another lease, changes nothing; each
+// reload makes systemd re-read every unit, and every watcher of reloads
+// look again). It returns the units whose check failed (their drop-in
+// stays in place: the guard keeps a non-holder from starting them;
+// Uninstall removes it) and an error if the batch failed as a whole.
 func (s *Systemd) Install(ctx context.Context, plans []*Plan) (map[string]error, error) {
+	changed := false
 	for _, p := range plans {
-		if err := writeAtomic(p.cfg.DropInPath(p.Unit), p.DropIn); err != nil {
+		path := p.cfg.DropInPath(p.Unit)
+		if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, p.DropIn) {
+			continue
+		}
+		if err := writeAtomic(path, p.DropIn); err != nil {
 			return nil, fmt.Errorf("unitctl: install drop-in: %w", err)
 		}
+		changed = true
 	}
-	if err := s.reload(ctx); err != nil {
-		return nil, err
+	if changed {
+		if err := s.reload(ctx); err != nil {
+			return nil, err
+		}
 	}
+	failed := s.verify(ctx, plans)
+	if len(failed) > 0 && !changed {
+		// On disk but not in effect: systemd has not read it yet.
+		if err := s.reload(ctx); err != nil {
+			return nil, err
+		}
+		failed = s.verify(ctx, plans)
+	}
+	return failed, nil
+}
+
+// verify checks every plan's drop-in against what systemd applies.
+func (s *Systemd) verify(ctx context.Context, plans []*Plan) map[string]error {
 	failed := map[string]error{}
 	for _, p := range plans {
 		st, err := s.readSettings(ctx, p.Unit)
@@ -58,7 +84,7 @@ func (s *Systemd) Install(ctx context.Context, plans []*Plan) (map[string]error,
 			failed[p.Unit] = err
 		}
 	}
-	return failed, nil
+	return failed
 }
 
 // Uninstall removes the drop-ins of units (written with cfg) and has

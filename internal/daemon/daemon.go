@@ -90,9 +90,15 @@ func (d *Daemon) Reload(ctx context.Context) {
 		current[lease] = r.sup.Units
 	}
 	d.mu.Unlock()
+	managed := map[string]bool{} // units managed after this reload, under any lease
+	for _, units := range groups {
+		for _, u := range units {
+			managed[u] = true
+		}
+	}
 	for lease, units := range current {
 		if want, ok := groups[lease]; !ok || !slices.Equal(want, units) {
-			d.remove(ctx, lease)
+			d.remove(ctx, lease, managed)
 		}
 	}
 	var added []string
@@ -211,8 +217,10 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 }
 
 // remove hands a lease off if this node holds it, waits until it no
-// longer does, then ends its supervisor and removes the drop-ins.
-func (d *Daemon) remove(ctx context.Context, lease string) {
+// longer does, then ends its supervisor and removes the drop-ins of the
+// units not in keep (a unit managed under another lease from now on keeps
+// its drop-in, and its guard).
+func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool) {
 	d.mu.Lock()
 	r := d.sups[lease]
 	d.mu.Unlock()
@@ -225,8 +233,16 @@ func (d *Daemon) remove(ctx context.Context, lease string) {
 	d.mu.Lock()
 	delete(d.sups, lease)
 	d.mu.Unlock()
-	if err := d.sd.Uninstall(ctx, d.ucfg, r.sup.Units); err != nil {
-		d.log.Warn("removing drop-ins: "+err.Error(), logging.Lease, lease)
+	var gone []string
+	for _, u := range r.sup.Units {
+		if !keep[u] {
+			gone = append(gone, u)
+		}
+	}
+	if len(gone) > 0 {
+		if err := d.sd.Uninstall(ctx, d.ucfg, gone); err != nil {
+			d.log.Warn("removing drop-ins: "+err.Error(), logging.Lease, lease)
+		}
 	}
 	d.log.Info(fmt.Sprintf("%s: no longer managed (lease %s)", strings.Join(r.sup.Units, ", "), lease),
 		logging.Event, "unmanaged", logging.Lease, lease, logging.Unit, strings.Join(r.sup.Units, " "))
