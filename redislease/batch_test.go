@@ -82,6 +82,10 @@ func TestBatchSharesOnePipeline(t *testing.T) {
 	if rec, err := Decode("l00", raw); err != nil || rec.Version != leases[0].Record.Version+1 {
 		t.Fatalf("read %q (%v), want l00 renewed in the same pipeline", raw, err)
 	}
+	// The scripts write records as Encode does: the decoder's fast path.
+	if _, ok := decodeCanonical(raw); !ok {
+		t.Errorf("the renew script wrote %q, not as Encode writes it", raw)
+	}
 }
 
 // TestScriptFlushedIsSentAgain: after SCRIPT FLUSH a pipelined EVALSHA

@@ -95,6 +95,69 @@ func validToken(t string) bool {
 // type, a version of at least 1, a known state, nothing else. key is only
 // for the error.
 func Decode(key string, raw []byte) (Record, error) {
+	if r, ok := decodeCanonical(raw); ok {
+		return r, nil
+	}
+	return decodeJSON(key, raw)
+}
+
+// decodeCanonical reads a valid record written exactly as Encode (and the
+// scripts) write it, the common case, without the JSON decoder. Anything
+// else, valid or not, is left to decodeJSON.
+func decodeCanonical(raw []byte) (Record, bool) {
+	var r Record
+	rest, ok := raw, true
+	field := func(prefix string, until byte) string {
+		if !ok {
+			return ""
+		}
+		if rest, ok = bytes.CutPrefix(rest, []byte(prefix)); !ok {
+			return ""
+		}
+		i := bytes.IndexByte(rest, until)
+		if i < 0 {
+			ok = false
+			return ""
+		}
+		v := string(rest[:i])
+		rest = rest[i:]
+		return v
+	}
+	r.Holder = field(`{"holder":"`, '"')
+	version := field(`","version":`, ',')
+	r.Token = field(`,"token":"`, '"')
+	r.State = field(`","state":"`, '"')
+	span := field(`","lease_span_ms":`, '}')
+	if !ok || string(rest) != "}" || !canonicalUint(version) || !canonicalUint(span) {
+		return Record{}, false
+	}
+	var err1, err2 error
+	r.Version, err1 = strconv.ParseUint(version, 10, 53)
+	r.LeaseSpanMS, err2 = strconv.ParseUint(span, 10, 53)
+	if err1 != nil || err2 != nil || r.Version == 0 || ValidNode(r.Holder) != nil || !validToken(r.Token) ||
+		r.State != StateHeld && r.State != StateReleased {
+		return Record{}, false
+	}
+	return r, true
+}
+
+// canonicalUint reports whether s is digits as JSON writes an unsigned
+// integer: no sign, no leading zero.
+func canonicalUint(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeJSON is Decode for any JSON text: strict about fields, types and
+// ranges, and the one that says what is wrong.
+func decodeJSON(key string, raw []byte) (Record, error) {
 	bad := func(format string, args ...any) (Record, error) {
 		return Record{}, &GarbageError{Key: key, Value: raw, Reason: fmt.Sprintf(format, args...)}
 	}

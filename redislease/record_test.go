@@ -41,6 +41,14 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"holder":"node-a","version":"1","token":"` + goodToken + `","state":"held","lease_span_ms":1}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		r, err := Decode("k", raw)
+		// The fast path accepts only what the JSON decoder accepts, and
+		// reads the same record.
+		if fast, ok := decodeCanonical(raw); ok {
+			slow, err := decodeJSON("k", raw)
+			if err != nil || slow != fast {
+				t.Fatalf("canonical %+v, JSON %+v, %v", fast, slow, err)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrGarbage) {
 				t.Fatalf("error not ErrGarbage: %v", err)
@@ -52,4 +60,25 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded %+v decodes as %+v, %v", r, again, err)
 		}
 	})
+}
+
+func TestDecodeCanonicalReadsWhatEncodeWrites(t *testing.T) {
+	for _, r := range []Record{
+		{Holder: "node-a", Version: 1, Token: goodToken, State: StateHeld, LeaseSpanMS: 36072},
+		{Holder: "n.b_c-d", Version: 1 << 52, Token: goodToken, State: StateReleased},
+	} {
+		if got, ok := decodeCanonical(Encode(r)); !ok || got != r {
+			t.Errorf("%s: read %+v, %t", Encode(r), got, ok)
+		}
+	}
+	for _, raw := range []string{
+		`{"holder":"node-a","version":01,"token":"` + goodToken + `","state":"held","lease_span_ms":1}`,
+		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1} `,
+		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1,"x":1}`,
+		`{"holder":"node a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1}`,
+	} {
+		if r, ok := decodeCanonical([]byte(raw)); ok {
+			t.Errorf("%s: read as %+v", raw, r)
+		}
+	}
 }

@@ -73,6 +73,7 @@ func (o Observation) Same(p Observation) bool {
 type Lease struct {
 	Name   string
 	Record Record
+	Raw    []byte // the record's bytes as Redis returned them; nil if not read back
 }
 
 // Store is the lease store on one Redis. It is safe for concurrent use.
@@ -305,7 +306,7 @@ func (s *Store) lease(name string, reply []any) (Lease, error) {
 	switch status {
 	case "ok":
 		o, err := s.observed(name, raw)
-		return Lease{Name: name, Record: o.Record}, err
+		return Lease{Name: name, Record: o.Record, Raw: raw}, err
 	case "missing":
 		return Lease{}, fmt.Errorf("%w: %s", ErrMissing, key)
 	case "garbage":

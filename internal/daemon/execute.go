@@ -152,10 +152,10 @@ func toPolicyRecord(r redislease.Record, raw []byte) policy.Record {
 	return policy.Record{Present: true, Raw: string(raw), Holder: r.Holder, Token: r.Token, Version: r.Version, Released: !r.Held()}
 }
 
-// recordOf is the policy's copy of a lease this node wrote. The renew
-// script compares holder, token and version, never the raw bytes, so
-// Encode's bytes serve.
-func recordOf(l redislease.Lease) policy.Record { return toPolicyRecord(l.Record, nil) }
+// recordOf is the policy's copy of a lease this node wrote, with the bytes
+// Redis returned (the renew script compares holder, token and version,
+// never the raw bytes, so Encode's serve where there are none).
+func recordOf(l redislease.Lease) policy.Record { return toPolicyRecord(l.Record, l.Raw) }
 
 func fromPolicy(lease string, r policy.Record) redislease.Observation {
 	if !r.Present {

@@ -170,7 +170,9 @@ func heapFree() uint64 {
 }
 func (d *Daemon) progressing(within time.Duration) bool {
 	now := d.clock()
-	for _, r := range d.running() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range d.sups {
 		if r.sup.Stuck(now, within) {
 			return false
 		}
