@@ -28,7 +28,6 @@ const (
 	kHandoff             // the unit's own stop + start
 	kReboot              // the reboot + the crash bound
 	kNone                // no copy may stop
-	kReport              // the missing-key bound, the ratio reported without a target
 )
 
 // scenario is one fault, repeated.
@@ -57,8 +56,6 @@ func (sc scenario) target(p profile) Target {
 		return Target{Ratio: 1.05}
 	case kHandoff:
 		return Target{Ratio: 1, Slack: 50 * time.Millisecond}
-	case kReport:
-		return Target{}
 	}
 	return Target{NoGap: true}
 }
@@ -73,7 +70,7 @@ var scenarios = []scenario{
 	{name: "ignore-sigterm", desc: "the unit ignores SIGTERM and its leader is cut off: SIGKILL within stop_wait", args: "-on-term ignore", kind: kCrash, fault: faultIgnoreTERM},
 	{name: "redis-aof", desc: "Redis (appendonly, appendfsync always) crashes and restarts", kind: kCrash, fault: faultRedisRestart},
 	{name: "redis-no-persist", desc: "Redis without persistence crashes and restarts: the key is gone", noAOF: true, kind: kMissing, fault: faultRedisRestart},
-	{name: "reannotate", desc: "the annotation changes to a new lease on every node, then daemon-reload", kind: kReport, fault: faultReannotate},
+	{name: "reannotate", desc: "the annotation changes to a new lease on every node, then daemon-reload", kind: kMissing, fault: faultReannotate},
 	{name: "power-cut", desc: "the leader's node loses power; it boots again and rejoins", kind: kCrash, fault: faultPowerCut},
 	{name: "reboot-all", desc: "every node is rebooted at once", kind: kReboot, fault: faultRebootAll},
 }
@@ -280,7 +277,7 @@ func (s *session) measure(r *Run, m *measured, end time.Duration) {
 		switch s.sc.kind {
 		case kCrash:
 			r.Bound, r.BoundParts = s.b.crash(start)
-		case kMissing, kReport:
+		case kMissing:
 			r.Bound, r.BoundParts = s.b.missing(start)
 		case kReboot:
 			r.Bound, r.BoundParts = s.b.reboot(m.reboot, start)
