@@ -194,7 +194,14 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 	}
 	cursor, _, _ := n.Run(ctx, "sh", "-c", "journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
 	profiled := profile(measure)
-	time.Sleep(measure)
+	// RSS moves with the garbage collector's cycle: sample it every 5 s.
+	var rss []int64
+	for end := time.Now().Add(measure); time.Now().Before(end); {
+		time.Sleep(min(5*time.Second, time.Until(end)))
+		if s, err := take(ctx, n, redis); err == nil {
+			rss = append(rss, s.rss)
+		}
+	}
 	if err := <-profiled; err != nil {
 		return err
 	}
@@ -202,6 +209,8 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 	if err != nil {
 		return err
 	}
+	rss = append(rss, b.rss)
+	slices.Sort(rss)
 	events, notes := countEvents(ctx, n, strings.TrimSpace(cursor))
 	all, startup := countEvents(ctx, n, "")
 	secs := b.at.Sub(a.at).Seconds()
@@ -220,7 +229,8 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 	fmt.Printf("one daemon, %d leases, retry 5s, against redis-server on loopback (appendfsync always)\n", leases)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "all %d units active after\t%v\n", leases, held.Round(time.Second))
-	fmt.Fprintf(tw, "daemon RSS\t%.1f MB\n", float64(b.rss)/1024)
+	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples)\n",
+		float64(rss[len(rss)/2])/1024, float64(rss[len(rss)-1])/1024, len(rss))
 	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, cpu)
 	fmt.Fprintf(tw, "Redis commands\t%.1f/s (%s)\n", float64(total)/secs, strings.Join(parts, ", "))
 	fmt.Fprintf(tw, "protocol's need: one renewal script per lease per retry\t%.1f/s\n", need)
