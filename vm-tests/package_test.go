@@ -127,19 +127,7 @@ func pkgMake(ctx context.Context, args ...string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, "make", append([]string{"-C", ".."}, args...)...)
-	cmd.Env = []string{"TMPDIR=" + tmp}
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" && k != "TMPDIR" {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("make %s: %w\n%s%s", strings.Join(args, " "), err, out.Bytes(), errOut.Bytes())
-	}
-	return strings.TrimSpace(out.String()), nil
+	return Make(ctx, "..", []string{"TMPDIR=" + tmp}, args...)
 }
 
 // pkgHost runs a host command and returns its combined output.

@@ -46,14 +46,14 @@ func (s *Supervisor) observe(ctx context.Context) policy.Event {
 func (s *Supervisor) reportGarbage(err error) {
 	var g *redislease.GarbageError
 	if !errors.As(err, &g) {
-		s.log.Warn("observing the lease failed: "+err.Error(), "UNITLEASE_EVENT", "observe_failed")
+		s.logger().Warn("observing the lease failed: "+err.Error(), "UNITLEASE_EVENT", "observe_failed")
 		return
 	}
 	if string(g.Value) == s.garbage {
 		return
 	}
 	s.garbage = string(g.Value)
-	s.log.Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
+	s.logger().Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
 }
 
 func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Event {
@@ -89,7 +89,7 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 	// A release runs on its own bounded context: it must be tried even
 	// while the daemon shuts down (STYLE.md 5).
 	if _, err := s.store.Release(context.WithoutCancel(ctx), leaseOf(s.Lease, held)); err != nil {
-		s.log.Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
+		s.logger().Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
 		return policy.Event{Kind: policy.ReleaseFailed}
 	}
 	return policy.Event{Kind: policy.ReleaseOK}
@@ -99,7 +99,7 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 func (s *Supervisor) start(ctx context.Context) policy.Event {
 	for _, u := range s.Units {
 		if err := s.units.Start(ctx, u); err != nil {
-			s.log.Error("starting "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "start_failed")
+			s.logger().Error("starting "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "start_failed")
 			return policy.Event{Kind: policy.UnitStartFailed}
 		}
 	}
@@ -125,7 +125,7 @@ func (s *Supervisor) stop(ctx context.Context) policy.Event {
 			killed = killed || k
 			if err != nil {
 				failed = true
-				s.log.Error("stopping "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "stop_failed")
+				s.logger().Error("stopping "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "stop_failed")
 			}
 		})
 	}

@@ -80,7 +80,7 @@ func (s *Supervisor) journal(j policy.Journal, before policy.State, ev policy.Ev
 		event = "state"
 	}
 	msg := s.message(j, before, ev, rec)
-	s.log.Log(context.Background(), priority(j), msg,
+	s.logger().Log(context.Background(), priority(j), msg,
 		logging.Event, event,
 		logging.Unit, strings.Join(s.Units, " "),
 		logging.Holder, rec.Holder,

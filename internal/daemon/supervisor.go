@@ -51,7 +51,7 @@ type Supervisor struct {
 	store   Store
 	units   Units
 	clock   Clock
-	log     *slog.Logger
+	log     *slog.Logger // without the lease's fields: see logger
 	machine policy.Machine
 
 	events  chan policy.Event
@@ -67,7 +67,7 @@ func NewSupervisor(lease string, units []string, node string, m policy.Machine, 
 	s := &Supervisor{
 		Lease: lease, Units: units, Node: node,
 		store: store, units: u, clock: clock, machine: m,
-		log:    log.With(logging.Lease, lease, logging.Node, node),
+		log:    log,
 		events: make(chan policy.Event, 4),
 		nudges: make(chan struct{}, 1),
 	}
@@ -134,6 +134,13 @@ func (s *Supervisor) step(ctx context.Context, ev policy.Event) policy.Instant {
 		go s.execute(ctx, a)
 	}
 	return out.Wake
+}
+
+// logger is the daemon's logger with the lease's fields. It is built for
+// each entry, which are few, rather than kept: a thousand leases would
+// each hold a copy of the journal handler's preformatted fields.
+func (s *Supervisor) logger() *slog.Logger {
+	return s.log.With(logging.Lease, s.Lease, logging.Node, s.Node)
 }
 
 // Nudge asks for an observation now: a release or acquisition was

@@ -103,10 +103,10 @@ func (s *Supervisor) StartedBehind(ctx context.Context, unit string) {
 	if st.Holding {
 		return
 	}
-	s.log.Warn(unit+": started although this node does not hold lease "+s.Lease+": stopping it",
+	s.logger().Warn(unit+": started although this node does not hold lease "+s.Lease+": stopping it",
 		logging.Event, "refused", logging.Unit, unit)
 	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit); err != nil {
-		s.log.Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
+		s.logger().Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
 	}
 }
 

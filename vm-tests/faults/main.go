@@ -14,19 +14,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -185,21 +182,9 @@ func buildPackage(ctx context.Context, dir string) (string, error) {
 	return deb, nil
 }
 
-// makeIn runs make in the current directory (the repository's root)
-// without the flags of a make that may be running this program.
+// makeIn runs make in the current directory (the repository's root).
 func makeIn(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "make", args...)
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("make %s: %w\n%s%s", strings.Join(args, " "), err, out.Bytes(), errOut.Bytes())
-	}
-	return strings.TrimSpace(out.String()), nil
+	return vmtests.Make(ctx, ".", nil, args...)
 }
 
 // eachNode runs f on every node at once.
