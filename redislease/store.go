@@ -127,7 +127,12 @@ func (s *Store) Channel(name string) string { return s.prefix + "events:" + name
 // more. A day, or ten lease spans if that is longer.
 func (s *Store) TTL() time.Duration { return max(24*time.Hour, 10*s.leaseSpan) }
 
+// bounded ends ctx within reply_max; a ctx that already does is returned
+// as it is (Renew bounds its two tries once, and each goes through run).
 func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.replyMax {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(ctx, s.replyMax)
 }
 
@@ -274,11 +279,8 @@ func (s *Store) Overwrite(ctx context.Context, seen Observation) (Record, error)
 // (after a restart or SCRIPT FLUSH) did not run, so it is sent again on
 // its own, which loads it.
 func (s *Store) run(ctx context.Context, script *redis.Script, name string, args ...any) ([]any, error) {
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.replyMax {
-		var cancel context.CancelFunc
-		ctx, cancel = s.bounded(ctx)
-		defer cancel()
-	}
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	keys := []string{s.Key(name)}
 	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) })
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {

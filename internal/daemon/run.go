@@ -168,6 +168,8 @@ func heapFree() uint64 {
 	}
 	return s[0].Value.Uint64()
 }
+
+// progressing reports whether no supervisor's loop is stuck (Stuck).
 func (d *Daemon) progressing(within time.Duration) bool {
 	now := d.clock()
 	d.mu.Lock()
