@@ -23,18 +23,6 @@ poll_min = "500ms"
 poll_max = "1s"
 `
 
-// witnessUnit is the managed unit: the exclusion witness, annotated for
-// the lease "demo".
-const witnessUnit = `[Unit]
-Description=unitlease demo witness
-
-[Service]
-ExecStart=/usr/local/bin/ul-witness -dir /shared -name %s %s
-
-[X-UnitLease]
-Lease=demo
-`
-
 // DeployOptions say what to install.
 type DeployOptions struct {
 	Unitlease, Witness string // static binaries on the host
@@ -92,7 +80,7 @@ func (d *Deployment) install(ctx context.Context, n *Node) error {
 		n.CopyIn(ctx, d.opts.Witness, "/usr/local/bin/ul-witness", 0o755),
 		n.WriteFile(ctx, "/etc/systemd/system/unitlease.service", d.opts.Service, 0o644),
 		n.WriteFile(ctx, "/etc/unitlease/unitlease.toml", []byte(conf), 0o640),
-		n.WriteFile(ctx, "/etc/systemd/system/demo.service", []byte(fmt.Sprintf(witnessUnit, d.opts.WitnessName, d.opts.WitnessArgs)), 0o644),
+		n.WriteFile(ctx, "/etc/systemd/system/demo.service", []byte(WitnessUnit(d.opts.WitnessName, d.opts.WitnessArgs, "demo")), 0o644),
 	}
 	for _, err := range steps {
 		if err != nil {

@@ -34,9 +34,10 @@ type PackageOptions struct {
 // ServiceDropInPath is where DeployPackage writes PackageOptions.ServiceDropIn.
 const ServiceDropInPath = "/etc/systemd/system/unitlease.service.d/vm-test.conf"
 
-// packageWitnessUnit is demo.service for DeployPackage.
-const packageWitnessUnit = `[Unit]
-Description=unitlease vm-test witness
+// witnessUnit is the managed unit, demo.service: the exclusion witness,
+// annotated for a lease.
+const witnessUnit = `[Unit]
+Description=unitlease witness
 
 [Service]
 ExecStart=/usr/local/bin/ul-witness -dir /shared -name %[1]s %[2]s
@@ -45,10 +46,10 @@ ExecStart=/usr/local/bin/ul-witness -dir /shared -name %[1]s %[2]s
 Lease=%[3]s
 `
 
-// WitnessUnit renders demo.service for DeployPackage with the witness's
-// log name, its arguments and the lease it is annotated for.
+// WitnessUnit renders demo.service with the witness's log name, its
+// arguments and the lease it is annotated for.
 func WitnessUnit(name, args, lease string) string {
-	return fmt.Sprintf(packageWitnessUnit, name, args, lease)
+	return fmt.Sprintf(witnessUnit, name, args, lease)
 }
 
 // InstallPackage copies the .deb deb into n and installs it with dpkg -i.
