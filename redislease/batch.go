@@ -107,7 +107,7 @@ func (b *batcher) collect(batch []*call) []*call {
 func (b *batcher) flush(batch []*call) {
 	deadline := time.Now().Add(b.replyMax)
 	pipe := b.rdb.Pipeline()
-	var sent []*call
+	sent := batch[:0] // filtered in place: the loop clears batch afterwards
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
 			continue // its caller returned already and reads nothing
