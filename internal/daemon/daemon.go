@@ -61,7 +61,6 @@ type Daemon struct {
 type running struct {
 	sup    *Supervisor
 	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // New returns a daemon; Run starts it.
@@ -206,14 +205,10 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 	}
 	sup := NewSupervisor(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait}, d.clock, d.log)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &running{sup: sup, cancel: cancel, done: make(chan struct{})}
 	d.mu.Lock()
-	d.sups[lease] = r
+	d.sups[lease] = &running{sup: sup, cancel: cancel}
 	d.mu.Unlock()
-	go func() {
-		defer close(r.done)
-		sup.Run(sctx)
-	}()
+	sup.Start(sctx)
 }
 
 // remove hands a lease off if this node holds it, waits until it no
@@ -229,7 +224,7 @@ func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool)
 	}
 	d.relinquish(ctx, r.sup)
 	r.cancel()
-	<-r.done
+	<-r.sup.Done()
 	d.mu.Lock()
 	delete(d.sups, lease)
 	d.mu.Unlock()
@@ -286,7 +281,7 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 	wg.Wait()
 	for _, r := range d.running() {
 		r.cancel()
-		<-r.done
+		<-r.sup.Done()
 	}
 }
 

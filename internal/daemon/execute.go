@@ -9,9 +9,10 @@ import (
 	"github.com/unitlease/unitlease/redislease"
 )
 
-// execute carries out one action and sends back the one event that
-// answers it.
-func (s *Supervisor) execute(ctx context.Context, a policy.Action) {
+// execute carries out one action and returns the one event that answers
+// it (false: an action it does not know, which no event answers).
+func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
+	ctx := s.ctx
 	var ev policy.Event
 	switch a.Kind {
 	case policy.Observe:
@@ -27,9 +28,9 @@ func (s *Supervisor) execute(ctx context.Context, a policy.Action) {
 	case policy.StopUnit:
 		ev = s.stop(ctx)
 	default:
-		return
+		return ev, false
 	}
-	s.send(ctx, ev)
+	return ev, true
 }
 
 func (s *Supervisor) observe(ctx context.Context) policy.Event {

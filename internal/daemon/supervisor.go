@@ -6,6 +6,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,20 +44,36 @@ func MonotonicClock() Clock {
 
 // Supervisor keeps one lease: its units run on this node only while the
 // policy says it holds the lease.
+//
+// A supervisor owns no goroutine while it waits: its timer is a runtime
+// timer, and each event (the timer, an action's result, a nudge, a
+// handoff) steps the machine on the goroutine that brought it, one at a
+// time under mu. The goroutine that ran a step goes on to carry out the
+// step's first action and feeds its result back, so a renewal is one
+// goroutine from the timer to the step that takes its answer; a step's
+// other actions get goroutines of their own. A thousand idle leases cost
+// a thousand timers, not a thousand parked stacks for the collector to
+// scan and shrink.
 type Supervisor struct {
 	Lease string
 	Units []string // started in this order, stopped together
 	Node  string
 
-	store   Store
-	units   Units
-	clock   Clock
-	log     *slog.Logger // without the lease's fields: see logger
-	machine policy.Machine
+	store Store
+	units Units
+	clock Clock
+	log   *slog.Logger // without the lease's fields: see logger
 
-	events  chan policy.Event
-	nudges  chan struct{}
-	busy    atomic.Int64 // 1 + the Instant the loop took an event, or 0 while it waits
+	mu      sync.Mutex
+	machine policy.Machine  // guarded by mu
+	ctx     context.Context // set by Start; actions run on it
+	timer   *time.Timer     // steps a Tick at wake; guarded by mu
+	wake    policy.Instant  // guarded by mu
+	ended   bool            // ctx ended: events are dropped; guarded by mu
+	done    chan struct{}   // closed once ended is set
+
+	nudged  atomic.Bool  // a nudge is on its way to a step
+	busy    atomic.Int64 // 1 + the Instant a step began, or 0 between steps
 	status  atomic.Pointer[Status]
 	garbage string // the last garbage value reported, to report each once
 }
@@ -67,61 +84,86 @@ func NewSupervisor(lease string, units []string, node string, m policy.Machine, 
 	s := &Supervisor{
 		Lease: lease, Units: units, Node: node,
 		store: store, units: u, clock: clock, machine: m,
-		log:    log,
-		events: make(chan policy.Event, 4),
-		nudges: make(chan struct{}, 1),
+		log:  log,
+		done: make(chan struct{}),
 	}
 	s.publish(s.clock(), "")
 	return s
 }
 
-// Run steps the machine until ctx ends. It returns with the machine in
-// whatever state it was; call Shutdown first for a clean handover.
-func (s *Supervisor) Run(ctx context.Context) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	ev := policy.Event{Kind: policy.Tick}
-	for {
-		wake := s.step(ctx, ev)
-		resetTimer(timer, s.clock(), wake)
-		s.busy.Store(0)
-		var ok bool
-		if ev, ok = s.next(ctx, timer); !ok {
+// Start takes the first step at once, on a goroutine of its own, and
+// steps the machine on every event until ctx ends. It returns at once;
+// Done is closed once ctx ended and the step under way, if any, is over.
+// Actions under way then finish on their own, and their results are
+// dropped. Call Shutdown first for a clean handover.
+func (s *Supervisor) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctx = ctx
+	s.timer = time.AfterFunc(0, s.tick)
+	context.AfterFunc(ctx, s.end)
+}
+
+// Done is closed once the supervisor took its last step.
+func (s *Supervisor) Done() <-chan struct{} { return s.done }
+
+func (s *Supervisor) end() {
+	s.mu.Lock()
+	s.ended = true
+	s.timer.Stop()
+	s.mu.Unlock()
+	close(s.done)
+}
+
+// tick is the timer's event. A timer reset while it was firing may
+// bring one early; the machine takes a Tick at any moment, but an early
+// one is dropped as the work of nothing.
+func (s *Supervisor) tick() {
+	s.deliver(policy.Event{Kind: policy.Tick})
+}
+
+// deliver steps the machine with ev and carries out what it asks.
+func (s *Supervisor) deliver(ev policy.Event) {
+	if out, ok := s.step(ev); ok {
+		s.carry(out)
+	}
+}
+
+// carry carries out a step's first action on this goroutine and steps
+// with its result, and so on until a step asks for nothing; the other
+// actions of a step run on goroutines of their own.
+func (s *Supervisor) carry(out policy.Output) {
+	for out.Len() > 0 {
+		for i := 1; i < out.Len(); i++ {
+			a := out.At(i)
+			go func() {
+				if ev, ok := s.execute(a); ok {
+					s.deliver(ev)
+				}
+			}()
+		}
+		ev, ok := s.execute(out.At(0))
+		if !ok {
+			return
+		}
+		if out, ok = s.step(ev); !ok {
 			return
 		}
 	}
 }
 
-// next waits for the next event.
-func (s *Supervisor) next(ctx context.Context, timer *time.Timer) (policy.Event, bool) {
-	select {
-	case <-ctx.Done():
-		return policy.Event{}, false
-	case ev := <-s.events:
-		return ev, true
-	case <-timer.C:
-		return policy.Event{Kind: policy.Tick}, true
-	case <-s.nudges:
-		return policy.Event{Kind: policy.Nudge}, true
-	}
-}
-
-func resetTimer(t *time.Timer, now, wake policy.Instant) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	if wake != policy.Never {
-		t.Reset(max(0, wake.Sub(now)))
-	}
-}
-
-// step feeds one event to the machine and starts what it asks.
-func (s *Supervisor) step(ctx context.Context, ev policy.Event) policy.Instant {
+// step feeds one event to the machine, publishes the new state and sets
+// the timer; it reports false if the supervisor has ended or ev is a
+// Tick that came before its time.
+func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.clock()
+	if s.ended || (ev.Kind == policy.Tick && now < s.wake) {
+		return policy.Output{}, false
+	}
 	s.busy.Store(int64(now) + 1)
+	defer s.busy.Store(0)
 	before := s.machine.State()
 	next, out := s.machine.Step(now, ev)
 	s.machine = next
@@ -130,10 +172,13 @@ func (s *Supervisor) step(ctx context.Context, ev policy.Event) policy.Instant {
 	}
 	// Publish first: the guard of a start about to be issued reads it.
 	s.publish(now, out.Journal)
-	for a := range out.Actions() {
-		go s.execute(ctx, a)
+	s.wake = out.Wake
+	if out.Wake == policy.Never {
+		s.timer.Stop()
+	} else {
+		s.timer.Reset(max(0, out.Wake.Sub(now)))
 	}
-	return out.Wake
+	return out, true
 }
 
 // logger is the daemon's logger with the lease's fields. It is built for
@@ -144,11 +189,14 @@ func (s *Supervisor) logger() *slog.Logger {
 }
 
 // Nudge asks for an observation now: a release or acquisition was
-// published. It never blocks.
+// published. It never blocks, and nudges that come while one is on its
+// way are one.
 func (s *Supervisor) Nudge() {
-	select {
-	case s.nudges <- struct{}{}:
-	default:
+	if s.nudged.CompareAndSwap(false, true) {
+		go func() {
+			s.nudged.Store(false)
+			s.deliver(policy.Event{Kind: policy.Nudge})
+		}()
 	}
 }
 
@@ -160,7 +208,8 @@ func (s *Supervisor) Stuck(now policy.Instant, within time.Duration) bool {
 	return b != 0 && now.Sub(policy.Instant(b-1)) > within
 }
 
-// Handoff feeds a planned handoff (or a shutdown) to the machine.
+// Handoff feeds a planned handoff (or a shutdown) to the machine. It
+// returns once the step took it (and carried out what it asked).
 func (s *Supervisor) Handoff(ctx context.Context) {
 	s.send(ctx, policy.Event{Kind: policy.HandoffRequested})
 }
@@ -170,9 +219,19 @@ func (s *Supervisor) UnitFailed(ctx context.Context) {
 	s.send(ctx, policy.Event{Kind: policy.UnitFailed})
 }
 
+// send delivers ev on a goroutine of its own (the step's actions may
+// take a while) and returns once the step took it, or ctx ended.
 func (s *Supervisor) send(ctx context.Context, ev policy.Event) {
+	taken := make(chan struct{})
+	go func() {
+		out, ok := s.step(ev)
+		close(taken)
+		if ok {
+			s.carry(out)
+		}
+	}()
 	select {
-	case s.events <- ev:
+	case <-taken:
 	case <-ctx.Done():
 	}
 }

@@ -145,7 +145,7 @@ func supervise(t *testing.T, store *fakeStore, units *fakeUnits, logs *bytes.Buf
 	}
 	s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, store, units, MonotonicClock(), logging.Text(logs, slog.LevelDebug))
 	ctx, cancel := context.WithCancel(t.Context())
-	go s.Run(ctx)
+	s.Start(ctx)
 	return s, cancel
 }
 
@@ -260,7 +260,7 @@ func TestSupervisorStuckOnlyWhileBusy(t *testing.T) {
 		s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, clock, slog.New(gatedHandler{gate}))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		go s.Run(ctx)
+		s.Start(ctx)
 		synctest.Wait() // the startup stop is journalled: the step blocks
 		time.Sleep(10 * time.Second)
 		if !s.Stuck(clock(), 5*time.Second) {
