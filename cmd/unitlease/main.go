@@ -83,12 +83,13 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 		log.Error("not starting: "+err.Error(), logging.Event, "config_error", "OBJECT_SYSTEMD_UNIT", "unitlease.service")
 		return 1
 	}
-	// The daemon's live heap is small and steady: a quarter of the
-	// default GC target keeps its memory near it (at 1,000 leases about
-	// 5 MB less than half of it, for no CPU the scale benchmark can tell).
-	// GOGC in the environment overrides.
+	// The daemon's live heap is small and steady: half the default GC
+	// target keeps its memory near it. At 1,000 leases the scale
+	// benchmark measured (RSS median, CPU): GOGC=25 22.3 MB, 1.72%;
+	// 50 23.4 MB, 1.16%; 100 28.2 MB, 0.96%. GOGC in the environment
+	// overrides.
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(25)
+		debug.SetGCPercent(50)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
