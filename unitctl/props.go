@@ -3,6 +3,7 @@ package unitctl
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,17 +191,30 @@ func (s *Systemd) serviceResult(ctx context.Context, unit string) string {
 // TimeoutAbort reads a service's TimeoutAbortSec=: how long systemd waits
 // after a watchdog's SIGABRT before SIGKILL.
 func (s *Systemd) TimeoutAbort(ctx context.Context, unit string) (time.Duration, error) {
+	return s.serviceDuration(ctx, unit, "TimeoutAbortUSec")
+}
+
+// Watchdog reads a service's WatchdogSec= (0: none).
+func (s *Systemd) Watchdog(ctx context.Context, unit string) (time.Duration, error) {
+	return s.serviceDuration(ctx, unit, "WatchdogUSec")
+}
+
+// serviceDuration reads a Service property in microseconds.
+func (s *Systemd) serviceDuration(ctx context.Context, unit, name string) (time.Duration, error) {
 	var p *sd.Property
 	err := s.with(ctx, func(c *sd.Conn) (err error) {
-		p, err = c.GetServicePropertyContext(ctx, unit, "TimeoutAbortUSec")
+		p, err = c.GetServicePropertyContext(ctx, unit, name)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("unitctl: TimeoutAbortUSec of %s: %w", unit, err)
+		return 0, fmt.Errorf("unitctl: %s of %s: %w", name, unit, err)
 	}
 	us, ok := p.Value.Value().(uint64)
 	if !ok {
-		return 0, fmt.Errorf("unitctl: TimeoutAbortUSec of %s is %v", unit, p.Value)
+		return 0, fmt.Errorf("unitctl: %s of %s is %v", name, unit, p.Value)
+	}
+	if us == math.MaxUint64 { // infinity
+		return math.MaxInt64, nil
 	}
 	return time.Duration(us) * time.Microsecond, nil
 }

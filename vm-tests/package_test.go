@@ -592,6 +592,11 @@ func testPackageInstallUpgradeRemovePurge(t *testing.T, p *pkgBuilds) {
 	if !strings.Contains(check, "ok       ul-pkg.service: lease ul-pkg") {
 		t.Errorf("unitlease check does not report the managed unit:\n%s", check)
 	}
+	// The packaged WatchdogSec=10s and TimeoutAbortSec=2s, against retry 1s
+	// + renew_deadline 2s: the running daemon lowered the watchdog to 1s.
+	if !strings.Contains(check, "ok       unitlease.service: WatchdogSec 1s + TimeoutAbortSec 2s") {
+		t.Errorf("unitlease check does not report the watchdog it runs with:\n%s", check)
+	}
 	pn.waitActive("ul-pkg.service", 30*time.Second)
 	if role, holding := pkgRole(pn); role != "leader" || !holding {
 		t.Errorf("after start the daemon is %s (holding %t), want the leader", role, holding)

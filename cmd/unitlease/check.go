@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/unitlease/unitlease/internal/config"
+	"github.com/unitlease/unitlease/internal/daemon"
+	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
@@ -98,6 +100,7 @@ func (c *checker) units(ctx context.Context, cfg *config.Config) {
 		return
 	}
 	defer sd.Close()
+	c.watchdog(ctx, sd, cfg.Timing)
 	anns, errs := sd.Discover(ctx)
 	for _, err := range errs {
 		c.fail("%v", err)
@@ -120,6 +123,39 @@ func (c *checker) units(ctx context.Context, cfg *config.Config) {
 				c.warn("%s: %s", a.Unit, w)
 			}
 		}
+	}
+}
+
+// watchdog checks that a hung daemon is killed, and its units stopped
+// through BindsTo=, within its deadline: what `run` lowers the watchdog
+// to, and what it cannot fix.
+func (c *checker) watchdog(ctx context.Context, sd *unitctl.Systemd, t policy.Timing) {
+	const unit = "unitlease.service"
+	wd, err := sd.Watchdog(ctx, unit)
+	if err != nil {
+		c.warn("%s: %v", unit, err)
+		return
+	}
+	if wd == 0 {
+		c.warn("%s has no WatchdogSec= (or is not installed): a daemon that hangs keeps its units running past its deadline (the packaged unit sets WatchdogSec=10s)", unit)
+		return
+	}
+	abort, err := sd.TimeoutAbort(ctx, unit)
+	if err != nil {
+		c.warn("%s: %v", unit, err)
+		return
+	}
+	fit, short := daemon.WatchdogFit(t, abort)
+	switch {
+	case short:
+		c.warn("%s: TimeoutAbortSec %v leaves under 1s of watchdog within retry %v + renew_deadline %v: run uses 1s, and a hung daemon may outlive its deadline by %v",
+			unit, abort, t.Retry, t.RenewDeadline, abort-(t.Retry+t.RenewDeadline-time.Second))
+	case wd > fit:
+		c.ok("%s: run lowers WatchdogSec %v to %v, so that with TimeoutAbortSec %v a hung daemon is killed within retry %v + renew_deadline %v",
+			unit, wd, fit, abort, t.Retry, t.RenewDeadline)
+	default:
+		c.ok("%s: WatchdogSec %v + TimeoutAbortSec %v: a hung daemon is killed within retry %v + renew_deadline %v",
+			unit, wd, abort, t.Retry, t.RenewDeadline)
 	}
 }
 

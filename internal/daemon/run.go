@@ -15,6 +15,7 @@ import (
 
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
@@ -182,11 +183,22 @@ func (d *Daemon) progressing(within time.Duration) bool {
 	return true
 }
 
-// fitWatchdog lowers the watchdog timeout so that a daemon hung right
-// after a renewal is killed, and its units stopped through BindsTo=, no
-// later than its own deadline would have stopped them: WatchdogSec +
-// TimeoutAbortSec <= retry + renew_deadline, after which the units stop
-// within stop_wait like any other stop. It returns the interval in force.
+// WatchdogFit is the longest watchdog timeout under which a daemon hung
+// right after a renewal is killed, and its units stopped through
+// BindsTo=, no later than its own deadline would have stopped them:
+// WatchdogSec + TimeoutAbortSec <= retry + renew_deadline, after which the
+// units stop within stop_wait like any other stop. short: not even 1 s
+// fits, and fit is 1 s, by which a hung daemon may outlive its deadline.
+func WatchdogFit(t policy.Timing, abort time.Duration) (fit time.Duration, short bool) {
+	fit = t.Retry + t.RenewDeadline - abort
+	if fit < time.Second {
+		return time.Second, true
+	}
+	return fit, false
+}
+
+// fitWatchdog lowers the watchdog timeout to WatchdogFit. It returns the
+// interval in force.
 func (d *Daemon) fitWatchdog(ctx context.Context) time.Duration {
 	interval, err := sdaemon.SdWatchdogEnabled(false)
 	if err != nil || interval <= 0 {
@@ -197,11 +209,10 @@ func (d *Daemon) fitWatchdog(ctx context.Context) time.Duration {
 		abort = 2 * time.Second
 	}
 	t := d.cfg.Timing
-	fit := t.Retry + t.RenewDeadline - abort
-	if fit < time.Second {
+	fit, short := WatchdogFit(t, abort)
+	if short {
 		d.log.Warn(fmt.Sprintf("TimeoutAbortSec %v of %s leaves under 1s of watchdog within retry %v + renew_deadline %v; using 1s, so a hung daemon may outlive its deadline by %v",
-			abort, d.daemonUnit(), t.Retry, t.RenewDeadline, time.Second-fit), logging.Event, "config_warning")
-		fit = time.Second
+			abort, d.daemonUnit(), t.Retry, t.RenewDeadline, abort-(t.Retry+t.RenewDeadline-time.Second)), logging.Event, "config_warning")
 	}
 	if interval > fit {
 		d.log.Info(fmt.Sprintf("watchdog lowered from %v to %v (retry %v + renew_deadline %v - TimeoutAbortSec %v)", interval, fit, t.Retry, t.RenewDeadline, abort))
