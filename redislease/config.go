@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -54,6 +55,9 @@ func (c Config) options() (*redis.Options, error) {
 	if c.ReplyMax <= 0 || c.LeaseSpan <= 0 {
 		return nil, configErr("reply_max %v and lease_span %v must be positive", c.ReplyMax, c.LeaseSpan)
 	}
+	if err := notReplicated(c.URL); err != nil {
+		return nil, err
+	}
 	opt, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, configErr("url: %v", redactURLError(err, c.URL))
@@ -88,6 +92,28 @@ func (c Config) options() (*redis.Options, error) {
 	opt.ReadBufferSize, opt.WriteBufferSize = 4<<10, 4<<10
 	opt.PipelineReadBufferSize, opt.PipelineWriteBufferSize = 32<<10, 32<<10
 	return opt, nil
+}
+
+// notReplicated refuses the URLs of Redis Sentinel and Cluster (go-redis's
+// master_name and addr parameters, or a sentinel scheme) with the reason.
+// Sentinel's failover promotes a replica that was copied asynchronously:
+// it can miss an acknowledged acquisition, and another node can then take
+// the same lease while the first still runs the unit. A Cluster spreads
+// the keys over masters with the same failover, and pub/sub counts per
+// node, which a handoff's "is a peer watching?" relies on.
+func notReplicated(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil // ParseURL reports it
+	}
+	q := u.Query()
+	switch {
+	case strings.Contains(u.Scheme, "sentinel") || q.Has("master_name"):
+		return configErr("url: Redis Sentinel is not supported: its failover promotes an asynchronously copied replica, which can miss an acknowledged write and let two nodes hold one lease; use one Redis with appendonly yes and appendfsync always")
+	case q.Has("addr"):
+		return configErr("url: several addresses (Redis Cluster) are not supported: a Cluster fails over to asynchronous replicas too; use one Redis with appendonly yes and appendfsync always")
+	}
+	return nil
 }
 
 func redactURLError(err error, url string) string {
