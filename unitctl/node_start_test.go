@@ -3,6 +3,7 @@ package unitctl
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -36,5 +37,24 @@ func TestNodeStartFailureReturnsError(t *testing.T) {
 				t.Errorf("job %q, result %q, state %s; want job %q, result %q, failed", je.JobResult, je.Result, je.State, c.jobResult, c.result)
 			}
 		})
+	}
+}
+
+// TestNodeStartOrder: a group's units come in systemd's order (After=,
+// and Before= seen from the other side), not their names'.
+func TestNodeStartOrder(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	installUnits(t, map[string]string{
+		"ul-order-a.service": "[Unit]\nAfter=ul-order-c.service\n[Service]\nExecStart=/bin/sleep infinity\n",
+		"ul-order-b.service": "[Unit]\nBefore=ul-order-c.service\n[Service]\nExecStart=/bin/sleep infinity\n",
+		"ul-order-c.service": "[Service]\nExecStart=/bin/sleep infinity\n",
+	})
+	got, err := s.StartOrder(ctxFor(t, 10*time.Second), []string{"ul-order-a.service", "ul-order-b.service", "ul-order-c.service"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"ul-order-b.service", "ul-order-c.service", "ul-order-a.service"}; !slices.Equal(got, want) {
+		t.Fatalf("StartOrder = %v, want %v", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 )
@@ -146,6 +147,7 @@ func (d *Daemon) Guard(unit string) error {
 		return nil
 	}
 	d.log.Warn(fmt.Sprintf("%s: start refused: this node is %s for lease %s (holder %s)", unit, st.Role, s.Lease, orNone(st.Holder)),
-		"UNITLEASE_EVENT", "refused", "UNITLEASE_UNIT", unit, "UNITLEASE_LEASE", s.Lease)
+		logging.Event, "refused", logging.Unit, unit, logging.Lease, s.Lease, logging.Node, s.Node,
+		logging.Holder, st.Holder, logging.Version, st.Version)
 	return fmt.Errorf("%s: this node is %s for lease %s (holder %s), not starting it", unit, st.Role, s.Lease, orNone(st.Holder))
 }

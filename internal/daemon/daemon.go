@@ -27,6 +27,7 @@ type Systemd interface {
 	Uninstall(ctx context.Context, cfg unitctl.Config, units []string) error
 	Watch(ctx context.Context, units []string, interval time.Duration) <-chan unitctl.Event
 	TimeoutAbort(ctx context.Context, unit string) (time.Duration, error)
+	StartOrder(ctx context.Context, units []string) ([]string, error)
 }
 
 // LeaseStore is what the daemon needs of redislease beyond a supervisor's
@@ -240,7 +241,7 @@ func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool)
 		}
 	}
 	d.log.Info(fmt.Sprintf("%s: no longer managed (lease %s)", strings.Join(r.sup.Units, ", "), lease),
-		logging.Event, "unmanaged", logging.Lease, lease, logging.Unit, strings.Join(r.sup.Units, " "))
+		append(unitFields(r.sup.Units), logging.Event, "unmanaged", logging.Lease, lease)...)
 }
 
 // relinquish stops the units and releases the lease if this node holds
@@ -333,6 +334,10 @@ type unitsOf struct {
 }
 
 func (u unitsOf) Start(ctx context.Context, unit string) error { return u.sd.Start(ctx, unit) }
+
+func (u unitsOf) StartOrder(ctx context.Context, units []string) ([]string, error) {
+	return u.sd.StartOrder(ctx, units)
+}
 
 func (u unitsOf) Stop(ctx context.Context, unit string) (bool, error) {
 	err := u.sd.Stop(ctx, unit, u.stopWait)

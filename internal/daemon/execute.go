@@ -96,9 +96,15 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 	return policy.Event{Kind: policy.ReleaseOK}
 }
 
-// start starts the units in order; the first failure ends it.
+// start starts the units one by one in systemd's order (each start is a
+// job of its own, which After= would not order); the first failure ends
+// it.
 func (s *Supervisor) start(ctx context.Context) policy.Event {
-	for _, u := range s.Units {
+	order, err := s.units.StartOrder(ctx, s.Units)
+	if err != nil {
+		s.logger().Warn("reading the units' order: "+err.Error()+"; starting them by name", "UNITLEASE_EVENT", "unit_warning")
+	}
+	for _, u := range order {
 		if err := s.units.Start(ctx, u); err != nil {
 			s.logger().Error("starting "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "start_failed")
 			return policy.Event{Kind: policy.UnitStartFailed}

@@ -80,13 +80,23 @@ func (s *Supervisor) journal(j policy.Journal, before policy.State, ev policy.Ev
 		event = "state"
 	}
 	msg := s.message(j, before, ev, rec)
-	s.logger().Log(context.Background(), priority(j), msg,
+	s.logger().Log(context.Background(), priority(j), msg, append(unitFields(s.Units),
 		logging.Event, event,
-		logging.Unit, strings.Join(s.Units, " "),
 		logging.Holder, rec.Holder,
 		logging.Version, rec.Version,
 		"UNITLEASE_STATE", m.State().String(),
-		"UNITLEASE_CAUSE", m.Cause().String())
+		"UNITLEASE_CAUSE", m.Cause().String())...)
+}
+
+// unitFields is one UNITLEASE_UNIT field per unit of a group: the journal
+// keeps them all, so `journalctl UNITLEASE_UNIT=db.service` finds an entry
+// of db.service's group.
+func unitFields(units []string) []any {
+	f := make([]any, 0, 2*len(units)+12)
+	for _, u := range units {
+		f = append(f, logging.Unit, u)
+	}
+	return f
 }
 
 func (s *Supervisor) message(j policy.Journal, before policy.State, ev policy.Event, rec policy.Record) string {
@@ -124,10 +134,8 @@ func priority(j policy.Journal) slog.Level {
 		return slog.LevelError
 	case policy.JournalRenewFailed, policy.JournalLost, policy.JournalKilled, policy.JournalUnitFailed, policy.JournalRefused:
 		return slog.LevelWarn
-	case "":
-		return slog.LevelDebug
 	}
-	return slog.LevelInfo
+	return slog.LevelInfo // a state change without an event of its own too: DESIGN.md wants every one
 }
 
 // stopRelated reports whether a journal event follows from a stop, whose

@@ -25,6 +25,9 @@ type Store interface {
 
 // Units starts and stops a lease's units.
 type Units interface {
+	// StartOrder orders a group's units as systemd would start them
+	// together (After=, Before=); an error leaves them as they were.
+	StartOrder(ctx context.Context, units []string) ([]string, error)
 	// Start starts the unit and returns once it is active.
 	Start(ctx context.Context, unit string) error
 	// Stop stops the unit within stop_wait, with SIGKILL if needed, and
@@ -56,7 +59,7 @@ func MonotonicClock() Clock {
 // scan and shrink.
 type Supervisor struct {
 	Lease string
-	Units []string // started in this order, stopped together
+	Units []string // by name; started in systemd's order, stopped together
 	Node  string
 
 	store Store

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -117,6 +118,10 @@ func (u *fakeUnits) Start(context.Context, string) error {
 	u.starts++
 	u.running = true
 	return nil
+}
+
+func (u *fakeUnits) StartOrder(_ context.Context, units []string) ([]string, error) {
+	return units, nil
 }
 
 func (u *fakeUnits) Stop(context.Context, string) (bool, error) {
@@ -275,6 +280,60 @@ func TestSupervisorStuckOnlyWhileBusy(t *testing.T) {
 		synctest.Wait()
 		if s.Stuck(clock(), 5*time.Second) {
 			t.Fatal("a loop waiting for its next event is stuck")
+		}
+	})
+}
+
+// orderedUnits starts units in the reverse of their names, as if the
+// second were After= nothing and the first After= the second, and records
+// the order of the starts.
+type orderedUnits struct {
+	fakeUnits
+	started []string
+}
+
+func (u *orderedUnits) StartOrder(_ context.Context, units []string) ([]string, error) {
+	order := slices.Clone(units)
+	slices.Reverse(order)
+	return order, nil
+}
+
+func (u *orderedUnits) Start(ctx context.Context, unit string) error {
+	u.mu.Lock()
+	u.started = append(u.started, unit)
+	u.mu.Unlock()
+	return u.fakeUnits.Start(ctx, unit)
+}
+
+// TestSupervisorGroup: a group's units start in the order StartOrder
+// gives; every journal entry names each unit in a UNITLEASE_UNIT field of
+// its own; a state change without an event of its own is logged at info.
+func TestSupervisorGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		units, logs := &orderedUnits{}, &bytes.Buffer{}
+		s := NewSupervisor("db", []string{"a.service", "b.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, MonotonicClock(), logging.Text(logs, slog.LevelInfo))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		s.Start(ctx)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		units.mu.Lock()
+		started := slices.Clone(units.started)
+		units.mu.Unlock()
+		if !slices.Equal(started, []string{"b.service", "a.service"}) {
+			t.Fatalf("started %v, want b.service then a.service", started)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			if strings.Contains(line, "UNITLEASE_EVENT=") && (!strings.Contains(line, "UNITLEASE_UNIT=a.service") || !strings.Contains(line, "UNITLEASE_UNIT=b.service")) {
+				t.Errorf("an entry without a UNITLEASE_UNIT for each unit: %s", line)
+			}
+		}
+		if !strings.Contains(logs.String(), "UNITLEASE_EVENT=state") {
+			t.Errorf("no state change without an event of its own logged at info:\n%s", logs)
 		}
 	})
 }

@@ -104,7 +104,7 @@ func (s *Supervisor) StartedBehind(ctx context.Context, unit string) {
 		return
 	}
 	s.logger().Warn(unit+": started although this node does not hold lease "+s.Lease+": stopping it",
-		logging.Event, "refused", logging.Unit, unit)
+		logging.Event, "refused", logging.Unit, unit, logging.Holder, st.Holder, logging.Version, st.Version)
 	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit); err != nil {
 		s.logger().Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
 	}
