@@ -57,8 +57,10 @@ type Machine struct {
 	seen     Record  // the value being aged
 	haveSeen bool    // false after a reset: the next value starts a new age
 	seenAt   Instant // when seen was first received: its age's origin
-	lastSent Instant // when the last successful observation was sent
-	pollAt   Instant
+	// writerSpan is the lease span of the last record seen present.
+	writerSpan time.Duration
+	lastSent   Instant // when the last successful observation was sent
+	pollAt     Instant
 
 	holding  bool    // this node may hold the lease: renew it, release it
 	held     Record  // this node's record as last written

@@ -145,6 +145,49 @@ func TestStandbyAcquiresAfterTheLeaseSpanUnchanged(t *testing.T) {
 	t.Fatal("never acquired")
 }
 
+// TestStandbyWaitsTheWritersLongerSpan: a holder whose record says a
+// longer lease span than this node's may run its unit that long; the
+// standby waits it out, and keeps it when the key then goes missing.
+func TestStandbyWaitsTheWritersLongerSpan(t *testing.T) {
+	tm := DefaultTiming()
+	own := tm.SafeMinimum()
+	long := held("b", 1)
+	long.LeaseSpan = own + 20*s
+	for _, c := range []struct {
+		name  string
+		after Record // what the key holds once the long record was seen
+	}{
+		{"the record stays", long},
+		{"the key goes missing", Absent},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := booted(t, tm)
+			d.at(0, seen(long)).want(Standby)
+			d.wake().want(Standby, Observe)
+			d.after(0, seen(c.after))
+			origin := d.now
+			if c.after.Present {
+				origin = 0
+			}
+			for range 100 {
+				d.wake().want(Standby, Observe)
+				d.after(0, seen(c.after))
+				age := d.now.Sub(origin)
+				if d.m.State() == Acquiring {
+					if age < long.LeaseSpan {
+						t.Fatalf("acquired at age %v: under the writer's span %v", age, long.LeaseSpan)
+					}
+					return
+				}
+				if age >= long.LeaseSpan+tm.PollMax {
+					t.Fatalf("still %v at age %v, past the writer's span %v", d.m.State(), age, long.LeaseSpan)
+				}
+			}
+			t.Fatal("never acquired")
+		})
+	}
+}
+
 func TestPollIntervalsAreJitteredWithinRange(t *testing.T) {
 	tm := DefaultTiming()
 	d := booted(t, tm)

@@ -30,14 +30,20 @@ func (m *Machine) see(r Record) {
 	if !m.haveSeen || !r.Same(m.seen) || !r.Present && gap {
 		m.seen, m.seenAt, m.haveSeen = r, m.now, true
 	}
+	if r.Present {
+		// Kept when the key goes missing: its writer may still run the
+		// unit for its span, and a missing key says nothing of it.
+		m.writerSpan = r.LeaseSpan
+	}
 	m.lastSent = m.reqAt
 }
 
 // mayAcquire: a released record at once, anything else after the lease
-// span unchanged; never in backoff.
+// span unchanged (the longer of this node's and the last writer's); never
+// in backoff.
 func (m *Machine) mayAcquire() bool {
 	released := m.seen.Present && m.seen.Released
-	return m.state == Standby && (released || m.now.Sub(m.seenAt) >= m.t.LeaseSpan)
+	return m.state == Standby && (released || m.now.Sub(m.seenAt) >= max(m.t.LeaseSpan, m.writerSpan))
 }
 
 // nudge moves the next poll to now.

@@ -40,6 +40,10 @@ type Record struct {
 	Token    string
 	Version  uint64
 	Released bool // the record's state is `released`
+	// LeaseSpan is the writer's lease span, as its record says (0: not
+	// said). A standby waits the longer of it and its own: a holder
+	// configured with a longer span may run its unit that much longer.
+	LeaseSpan time.Duration
 }
 
 // Absent is the record of a missing key.

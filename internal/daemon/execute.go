@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
@@ -156,7 +157,8 @@ func toPolicyRecord(r redislease.Record, raw []byte) policy.Record {
 	if raw == nil {
 		raw = redislease.Encode(r)
 	}
-	return policy.Record{Present: true, Raw: string(raw), Holder: r.Holder, Token: r.Token, Version: r.Version, Released: !r.Held()}
+	return policy.Record{Present: true, Raw: string(raw), Holder: r.Holder, Token: r.Token, Version: r.Version, Released: !r.Held(),
+		LeaseSpan: time.Duration(r.LeaseSpanMS) * time.Millisecond}
 }
 
 // recordOf is the policy's copy of a lease this node wrote, with the bytes
