@@ -74,7 +74,7 @@ func confirmWait(t policy.Timing) time.Duration {
 }
 
 // The bounds on the time with no copy running. start is the new copy's
-// activation as systemd ran it (from leaving inactive, the guard included,
+// activation as systemd ran it (from beginning the start job, the guard included,
 // until the witness logged its start).
 type bounds struct {
 	leaseSpan, pollMax, confirm time.Duration
