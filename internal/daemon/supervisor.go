@@ -72,6 +72,7 @@ type Supervisor struct {
 	ctx     context.Context // set by Start; actions run on it
 	timer   *time.Timer     // steps a Tick at wake; guarded by mu
 	wake    policy.Instant  // guarded by mu
+	started bool            // Start ran: s.ctx and s.timer are set; guarded by mu
 	ended   bool            // ctx ended: events are dropped; guarded by mu
 	done    chan struct{}   // closed once ended is set
 
@@ -94,15 +95,17 @@ func NewSupervisor(lease string, units []string, node string, m policy.Machine, 
 	return s
 }
 
-// Start takes the first step at once, on a goroutine of its own, and
-// steps the machine on every event until ctx ends. It returns at once;
+// Start arms the timer for the first step at once (it runs on the
+// timer's goroutine) and steps the machine on every event until ctx
+// ends; events before Start are dropped (the first step stops the units
+// and observes whatever is there anyway). It returns at once;
 // Done is closed once ctx ended and the step under way, if any, is over.
 // Actions under way then finish on their own, and their results are
 // dropped. Call Shutdown first for a clean handover.
 func (s *Supervisor) Start(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ctx = ctx
+	s.ctx, s.started = ctx, true
 	s.timer = time.AfterFunc(0, s.tick)
 	context.AfterFunc(ctx, s.end)
 }
@@ -156,13 +159,18 @@ func (s *Supervisor) carry(out policy.Output) {
 }
 
 // step feeds one event to the machine, publishes the new state and sets
-// the timer; it reports false if the supervisor has ended or ev is a
-// Tick that came before its time.
+// the timer; it reports false if the supervisor has not started or has
+// ended, or ev is a Tick that came before its time.
 func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ev.Kind == policy.Nudge {
+		// Taken: a nudge from now on asks again. Cleared here, not
+		// before waiting for mu, so that nudges while a step hangs are one.
+		s.nudged.Store(false)
+	}
 	now := s.clock()
-	if s.ended || (ev.Kind == policy.Tick && now < s.wake) {
+	if !s.started || s.ended || (ev.Kind == policy.Tick && now < s.wake) {
 		return policy.Output{}, false
 	}
 	s.busy.Store(int64(now) + 1)
@@ -196,10 +204,7 @@ func (s *Supervisor) logger() *slog.Logger {
 // way are one.
 func (s *Supervisor) Nudge() {
 	if s.nudged.CompareAndSwap(false, true) {
-		go func() {
-			s.nudged.Store(false)
-			s.deliver(policy.Event{Kind: policy.Nudge})
-		}()
+		go s.deliver(policy.Event{Kind: policy.Nudge})
 	}
 }
 
@@ -212,7 +217,7 @@ func (s *Supervisor) Stuck(now policy.Instant, within time.Duration) bool {
 }
 
 // Handoff feeds a planned handoff (or a shutdown) to the machine. It
-// returns once the step took it (and carried out what it asked).
+// returns once a step took it; what the step asked (the stop) goes on.
 func (s *Supervisor) Handoff(ctx context.Context) {
 	s.send(ctx, policy.Event{Kind: policy.HandoffRequested})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -336,4 +337,70 @@ func TestSupervisorGroup(t *testing.T) {
 			t.Errorf("no state change without an event of its own logged at info:\n%s", logs)
 		}
 	})
+}
+
+// TestSupervisorEventsBeforeStartAreDropped: a nudge, a unit failure or a
+// handoff that reaches a supervisor the daemon has listed but not yet
+// started (a reload races the wake-ups) is dropped; the first step then
+// runs as always.
+func TestSupervisorEventsBeforeStartAreDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		units := &fakeUnits{}
+		s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, MonotonicClock(), logging.Text(&bytes.Buffer{}, slog.LevelInfo))
+		s.Nudge()
+		s.UnitFailed(t.Context())
+		s.Handoff(t.Context())
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		s.Start(ctx)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if running, starts, stops := units.state(); !running || starts != 1 || stops != 1 {
+			t.Fatalf("unit running %t after %d starts and %d stops (want the startup stop, then one start)", running, starts, stops)
+		}
+	})
+}
+
+// enteredHandler is gatedHandler that says when the first write began.
+type enteredHandler struct {
+	gatedHandler
+	entered chan struct{}
+	once    *sync.Once
+}
+
+func (h enteredHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.once.Do(func() { close(h.entered) })
+	return h.gatedHandler.Handle(ctx, r)
+}
+func (h enteredHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+// TestSupervisorNudgesWhileAStepHangsAreOne: nudges that come while a
+// step hangs (journald stopped reading) wait as one goroutine, not one
+// each. Real time: synctest does not count a goroutine waiting for a
+// mutex as blocked.
+func TestSupervisorNudgesWhileAStepHangsAreOne(t *testing.T) {
+	m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := enteredHandler{gatedHandler{make(chan struct{})}, make(chan struct{}), &sync.Once{}}
+	s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, MonotonicClock(), slog.New(h))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s.Start(ctx)
+	<-h.entered // the startup stop's entry: the first step hangs in it
+	before := runtime.NumGoroutine()
+	for range 100 {
+		s.Nudge()
+		runtime.Gosched() // let a nudge's goroutine run up to the mutex
+	}
+	if grew := runtime.NumGoroutine() - before; grew > 1 {
+		t.Errorf("100 nudges while a step hangs left %d goroutines waiting, want 1", grew)
+	}
+	close(h.gate)
 }
