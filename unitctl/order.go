@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-
-	sd "github.com/coreos/go-systemd/v22/dbus"
 )
 
 // StartOrder returns units in the order systemd would start them if they
@@ -20,17 +18,13 @@ func (s *Systemd) StartOrder(ctx context.Context, units []string) ([]string, err
 	}
 	after := map[string][]string{}
 	for _, u := range units {
-		var p *sd.Property
-		err := s.with(ctx, func(c *sd.Conn) (err error) {
-			p, err = c.GetUnitPropertyContext(ctx, u, "After")
-			return err
-		})
+		v, err := s.unitProperty(ctx, u, "After")
 		if err != nil {
 			return units, fmt.Errorf("unitctl: After= of %s: %w", u, err)
 		}
-		names, ok := p.Value.Value().([]string)
+		names, ok := v.Value().([]string)
 		if !ok {
-			return units, fmt.Errorf("unitctl: After= of %s is %v", u, p.Value)
+			return units, fmt.Errorf("unitctl: After= of %s is %v", u, v)
 		}
 		after[u] = names
 	}
