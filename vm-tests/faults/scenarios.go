@@ -368,8 +368,8 @@ func (s *session) monoProps(n *vmtests.Node, props ...string) []time.Duration {
 // end: from when it began the start job (ConditionTimestamp: conditions
 // are checked first, before the cgroup is set up and the guard forked) to
 // the witness's start record. Leaving inactive comes later, after the
-// fork: from there the start would leave out 10-35 ms of systemd's own
-// work that any `systemctl start` of the unit pays.
+// fork: from there the start would leave out systemd's own work, which
+// any `systemctl start` of the unit pays too.
 func (s *session) activation(h Handover) time.Duration {
 	n := s.node(h.To)
 	if n == nil {
