@@ -7,16 +7,6 @@ import (
 	"time"
 )
 
-// Controller is what the daemon needs from systemd for one unit. Systemd
-// implements it; fakes of the daemon's tests do too.
-type Controller interface {
-	Start(ctx context.Context, unit string) error
-	Stop(ctx context.Context, unit string, stopWait time.Duration) error
-	ActiveState(ctx context.Context, unit string) (string, error)
-}
-
-var _ Controller = (*Systemd)(nil)
-
 // Options configure a Systemd.
 type Options struct {
 	// Private talks to systemd over its private socket

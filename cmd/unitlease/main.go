@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/unitlease/unitlease/internal/config"
+	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/daemon"
 	"github.com/unitlease/unitlease/internal/logging"
 )
@@ -107,7 +108,7 @@ func cmdGuard(args []string, _, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := daemon.Dial(daemon.SocketPath).Guard(ctx, args[0]); err != nil {
+	if err := control.Dial(control.SocketPath).Guard(ctx, args[0]); err != nil {
 		fmt.Fprintln(stderr, "unitlease guard: refusing to start", args[0]+":", err)
 		return 1
 	}
@@ -121,7 +122,7 @@ func cmdHandoff(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	res, err := daemon.Dial(daemon.SocketPath).Handoff(ctx, args[0])
+	res, err := control.Dial(control.SocketPath).Handoff(ctx, args[0])
 	if err != nil {
 		fmt.Fprintln(stderr, "unitlease handoff:", err)
 		return 1

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/unitlease/unitlease/internal/daemon"
+	"github.com/unitlease/unitlease/internal/control"
 )
 
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
@@ -24,7 +24,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if !ok || fs.NArg() > 0 {
 		return 2
 	}
-	client := daemon.Dial(daemon.SocketPath)
+	client := control.Dial(control.SocketPath)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		snap, err := client.Status(ctx)
@@ -60,7 +60,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 // printStatus writes the tables, in the manner of `patronictl list`.
-func printStatus(w io.Writer, s daemon.Snapshot) {
+func printStatus(w io.Writer, s control.Snapshot) {
 	fmt.Fprintf(w, "Node %s (lease span %v, retry %v, renew deadline %v, stop wait %v)\n",
 		s.Node, s.Timing.LeaseSpan, s.Timing.Retry, s.Timing.RenewDeadline, s.Timing.StopWait)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -91,7 +91,7 @@ func printStatus(w io.Writer, s daemon.Snapshot) {
 	}
 }
 
-func deadline(l daemon.Status) string {
+func deadline(l control.LeaseStatus) string {
 	if !l.Holding {
 		return "-"
 	}

@@ -1,11 +1,17 @@
+// Package daemon is the node: `unitlease run`. It discovers the annotated
+// units, reconciles one supervisor per lease with what it found, watches
+// the units and the leases' wake-ups, answers the control socket, and
+// runs the process (sd_notify, the watchdog, signals, memory).
+//
+// It is the only package that joins systemd (unitctl) to the supervisors:
+// a supervisor sees systemd through supervisor.Units, which the daemon
+// adapts from unitctl. The control socket's wire format lives in control,
+// which the daemon serves.
 package daemon
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -13,27 +19,32 @@ import (
 
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/logging"
-	"github.com/unitlease/unitlease/policy"
+	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
 
-// Systemd is what the daemon needs of unitctl.
-type Systemd interface {
-	unitctl.Controller
+// Manager is what the daemon needs of systemd, the service manager:
+// *unitctl.Systemd.
+type Manager interface {
+	Start(ctx context.Context, unit string) error
+	Stop(ctx context.Context, unit string, stopWait time.Duration) error
+	ActiveState(ctx context.Context, unit string) (string, error)
+	StartOrder(ctx context.Context, units []string) ([]string, error)
 	Discover(ctx context.Context, extra ...string) ([]unitctl.Annotation, []error)
 	Validate(ctx context.Context, unit string, cfg unitctl.Config) (*unitctl.Plan, error)
 	Install(ctx context.Context, plans []*unitctl.Plan) (map[string]error, error)
 	Uninstall(ctx context.Context, cfg unitctl.Config, units []string) error
 	Watch(ctx context.Context, units []string, interval time.Duration) <-chan unitctl.Event
 	TimeoutAbort(ctx context.Context, unit string) (time.Duration, error)
-	StartOrder(ctx context.Context, units []string) ([]string, error)
 }
 
-// LeaseStore is what the daemon needs of redislease beyond a supervisor's
-// Store.
+var _ Manager = (*unitctl.Systemd)(nil)
+
+// LeaseStore is what the daemon needs of redislease beyond a
+// supervisor's Store.
 type LeaseStore interface {
-	Store
+	supervisor.Store
 	Watchers(ctx context.Context, name string) (int, error)
 	Wakeups(ctx context.Context, leases []string) <-chan redislease.Wake
 	List(ctx context.Context) ([]redislease.Entry, error)
@@ -45,9 +56,9 @@ type Daemon struct {
 	cfg    *config.Config
 	log    *slog.Logger
 	store  LeaseStore
-	sd     Systemd
+	sd     Manager
 	ucfg   unitctl.Config
-	clock  Clock
+	clock  supervisor.Clock
 	notify func(string)
 
 	mu       sync.Mutex
@@ -60,230 +71,15 @@ type Daemon struct {
 }
 
 type running struct {
-	sup    *Supervisor
+	sup    *supervisor.Supervisor
 	cancel context.CancelFunc
 }
 
 // New returns a daemon; Run starts it.
-func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Systemd, ucfg unitctl.Config, notify func(string)) *Daemon {
+func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Manager, ucfg unitctl.Config, notify func(string)) *Daemon {
 	ucfg.StopWait = cfg.Timing.StopWait
 	return &Daemon{cfg: cfg, log: log.With(logging.Node, cfg.Node), store: store, sd: sd, ucfg: ucfg,
-		clock: MonotonicClock(), notify: notify, sups: map[string]*running{}}
-}
-
-// Reload discovers the annotated units and brings the supervisors in line:
-// a new lease gets a supervisor, a removed one is handed off, released and
-// unmanaged. Bad annotations and refused units are logged as config_error
-// and left unmanaged; the rest keep working.
-func (d *Daemon) Reload(ctx context.Context) {
-	groups, problems, complete := d.discover(ctx)
-	if !complete || ctx.Err() != nil {
-		// Units could not be listed (or the daemon is stopping): an empty
-		// answer is not "nothing is annotated". Keep what runs.
-		d.problem(fmt.Sprintf("discovery incomplete, nothing changed: %v", problems))
-		return
-	}
-	d.mu.Lock()
-	d.problems = problems
-	current := map[string][]string{}
-	for lease, r := range d.sups {
-		current[lease] = r.sup.Units
-	}
-	d.mu.Unlock()
-	managed := map[string]bool{} // units managed after this reload, under any lease
-	for _, units := range groups {
-		for _, u := range units {
-			managed[u] = true
-		}
-	}
-	for lease, units := range current {
-		if want, ok := groups[lease]; !ok || !slices.Equal(want, units) {
-			d.remove(ctx, lease, managed)
-		}
-	}
-	var added []string
-	for lease, units := range groups {
-		if cur, ok := current[lease]; !ok || !slices.Equal(cur, units) {
-			added = append(added, lease)
-		}
-	}
-	d.install(ctx, groups, added)
-	d.rewatch(ctx)
-	d.notify("STATUS=" + d.summary())
-}
-
-// discover returns the units to manage, grouped by lease, and logs every
-// problem. complete is false when systemd could not list units at all.
-func (d *Daemon) discover(ctx context.Context) (groups map[string][]string, problems []string, complete bool) {
-	anns, errs := d.sd.Discover(ctx)
-	complete = len(anns) > 0 || len(errs) == 0
-	for _, err := range errs {
-		var ae *unitctl.AnnotationError
-		complete = complete || errors.As(err, &ae)
-		problems = append(problems, d.configError(err, ""))
-	}
-	groups = map[string][]string{}
-	for _, a := range anns {
-		groups[a.Lease] = append(groups[a.Lease], a.Unit)
-	}
-	for lease, units := range groups {
-		slices.Sort(units)
-		groups[lease] = units
-	}
-	return groups, problems, complete
-}
-
-func (d *Daemon) configError(err error, unit string) string {
-	var ae *unitctl.AnnotationError
-	if errors.As(err, &ae) {
-		unit = ae.Unit
-	}
-	d.log.Error(err.Error(), logging.Event, "config_error", logging.Unit, unit)
-	return err.Error()
-}
-
-// install validates the units of the added leases, writes their drop-ins
-// in one batch with one daemon-reload, and starts a supervisor for every
-// lease whose units all passed.
-func (d *Daemon) install(ctx context.Context, groups map[string][]string, added []string) {
-	var plans []*unitctl.Plan
-	refused := map[string]bool{}
-	for _, lease := range added {
-		for _, u := range groups[lease] {
-			p, err := d.sd.Validate(ctx, u, d.ucfg)
-			if err != nil {
-				d.problem(d.configError(err, u))
-				refused[lease] = true
-				continue
-			}
-			for _, w := range p.Warnings {
-				d.log.Warn(u+": "+w, logging.Event, "unit_warning", logging.Unit, u)
-			}
-			plans = append(plans, p)
-		}
-	}
-	if len(plans) == 0 {
-		return // no reload: Install of nothing would still reload, and wake this again
-	}
-	failed, err := d.sd.Install(ctx, plans)
-	if err != nil {
-		d.problem(d.configError(err, ""))
-		return
-	}
-	for u, err := range failed {
-		d.problem(d.configError(err, u))
-		for lease, units := range groups {
-			if slices.Contains(units, u) {
-				refused[lease] = true
-			}
-		}
-	}
-	for _, lease := range added {
-		if !refused[lease] {
-			d.add(ctx, lease, groups[lease])
-		}
-	}
-}
-
-func (d *Daemon) problem(p string) {
-	d.mu.Lock()
-	d.problems = append(d.problems, p)
-	d.mu.Unlock()
-}
-
-// RenewGrid is the renew grid as a fraction of retry: the leases of one
-// daemon renew at ten instants per retry period, so their renewals share
-// pipelines (redislease batches what is ready at once). Only a lease's
-// first renewal comes early, by less than a tenth of retry.
-const RenewGrid = 10
-
-// add starts a supervisor; its first step stops the units (rule 6).
-func (d *Daemon) add(ctx context.Context, lease string, units []string) {
-	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64(), RenewGrid: d.cfg.Timing.Retry / RenewGrid})
-	if err != nil {
-		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
-		return
-	}
-	sup := NewSupervisor(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait}, d.clock, d.log)
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	d.mu.Lock()
-	d.sups[lease] = &running{sup: sup, cancel: cancel}
-	d.mu.Unlock()
-	sup.Start(sctx)
-}
-
-// remove hands a lease off if this node holds it, waits until it no
-// longer does, then ends its supervisor and removes the drop-ins of the
-// units not in keep (a unit managed under another lease from now on keeps
-// its drop-in, and its guard).
-func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool) {
-	d.mu.Lock()
-	r := d.sups[lease]
-	d.mu.Unlock()
-	if r == nil {
-		return
-	}
-	d.relinquish(ctx, r.sup)
-	r.cancel()
-	<-r.sup.Done()
-	d.mu.Lock()
-	delete(d.sups, lease)
-	d.mu.Unlock()
-	var gone []string
-	for _, u := range r.sup.Units {
-		if !keep[u] {
-			gone = append(gone, u)
-		}
-	}
-	if len(gone) > 0 {
-		if err := d.sd.Uninstall(ctx, d.ucfg, gone); err != nil {
-			d.log.Warn("removing drop-ins: "+err.Error(), logging.Lease, lease)
-		}
-	}
-	d.log.Info(fmt.Sprintf("%s: no longer managed (lease %s)", strings.Join(r.sup.Units, ", "), lease),
-		append(unitFields(r.sup.Units), logging.Event, "unmanaged", logging.Lease, lease)...)
-}
-
-// relinquish stops the units and releases the lease if this node holds
-// it, and returns once it does not (or the stop failed for good).
-func (d *Daemon) relinquish(ctx context.Context, s *Supervisor) {
-	if !s.Holding() {
-		return
-	}
-	s.Handoff(ctx)
-	d.waitFor(ctx, func() bool { return !s.Holding() || s.Status().Role == policy.StopFailed.String() })
-}
-
-// waitFor polls cond until it holds or ctx ends. The supervisors publish
-// their state after every step; every 10 ms is cheap for the few seconds
-// of a handoff or a removal, and adds little to it (a re-annotated unit's
-// new lease begins only once the old one is released).
-func (d *Daemon) waitFor(ctx context.Context, cond func() bool) bool {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-	}
-	return true
-}
-
-// Shutdown stops every unit this node runs, waits for inactive, releases
-// and returns: what SIGTERM does.
-func (d *Daemon) Shutdown(ctx context.Context) {
-	d.notify("STOPPING=1")
-	var wg sync.WaitGroup
-	for _, r := range d.running() {
-		wg.Go(func() { d.relinquish(ctx, r.sup) })
-	}
-	wg.Wait()
-	for _, r := range d.running() {
-		r.cancel()
-		<-r.sup.Done()
-	}
+		clock: supervisor.MonotonicClock(), notify: notify, sups: map[string]*running{}}
 }
 
 func (d *Daemon) running() []*running {
@@ -296,12 +92,12 @@ func (d *Daemon) running() []*running {
 	return rs
 }
 
-func (d *Daemon) supervisors() []*Supervisor {
-	var ss []*Supervisor
+func (d *Daemon) supervisors() []*supervisor.Supervisor {
+	var ss []*supervisor.Supervisor
 	for _, r := range d.running() {
 		ss = append(ss, r.sup)
 	}
-	slices.SortFunc(ss, func(a, b *Supervisor) int { return strings.Compare(a.Lease, b.Lease) })
+	slices.SortFunc(ss, func(a, b *supervisor.Supervisor) int { return strings.Compare(a.Lease, b.Lease) })
 	return ss
 }
 
@@ -327,23 +123,22 @@ func (d *Daemon) summary() string {
 	return strings.Join(parts, "; ")
 }
 
-// unitsOf adapts unitctl to a supervisor's Units.
-type unitsOf struct {
-	sd       Systemd
-	stopWait time.Duration
-}
-
-func (u unitsOf) Start(ctx context.Context, unit string) error { return u.sd.Start(ctx, unit) }
-
-func (u unitsOf) StartOrder(ctx context.Context, units []string) ([]string, error) {
-	return u.sd.StartOrder(ctx, units)
-}
-
-func (u unitsOf) Stop(ctx context.Context, unit string) (bool, error) {
-	err := u.sd.Stop(ctx, unit, u.stopWait)
-	var je *unitctl.JobError
-	if errors.As(err, &je) {
-		return je.Killed, err
+// find returns the supervisor of a lease, or of the lease a unit belongs to.
+func (d *Daemon) find(target string) *supervisor.Supervisor {
+	for _, s := range d.supervisors() {
+		if s.Lease == target || slices.Contains(s.Units, target) {
+			return s
+		}
 	}
-	return false, err
+	return nil
+}
+
+// supervisorOf returns the supervisor of the lease unit belongs to.
+func (d *Daemon) supervisorOf(unit string) *supervisor.Supervisor {
+	for _, s := range d.supervisors() {
+		if slices.Contains(s.Units, unit) {
+			return s
+		}
+	}
+	return nil
 }

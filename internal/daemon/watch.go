@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/unitctl"
 )
 
@@ -80,33 +79,6 @@ func (d *Daemon) watchUnits(ctx context.Context, units []string) {
 				s.StartedBehind(ctx, ev.Unit)
 			}
 		}
-	}
-}
-
-func (d *Daemon) supervisorOf(unit string) *Supervisor {
-	for _, s := range d.supervisors() {
-		for _, u := range s.Units {
-			if u == unit {
-				return s
-			}
-		}
-	}
-	return nil
-}
-
-// StartedBehind reacts to a unit that became active though this node does
-// not run it: the guard should have made that impossible, so it is stopped
-// and logged as refused. A unit the policy is starting or running is left
-// alone.
-func (s *Supervisor) StartedBehind(ctx context.Context, unit string) {
-	st := s.Status()
-	if st.Holding {
-		return
-	}
-	s.logger().Warn(unit+": started although this node does not hold lease "+s.Lease+": stopping it",
-		logging.Event, "refused", logging.Unit, unit, logging.Holder, st.Holder, logging.Version, st.Version)
-	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit); err != nil {
-		s.logger().Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
 	}
 }
 

@@ -58,3 +58,15 @@ func fieldName(k string) string {
 		return '_'
 	}, k)
 }
+
+// UnitFields is one Unit field per unit of a group, to append to an
+// entry's attributes: the journal keeps them all, so
+// `journalctl UNITLEASE_UNIT=db.service` finds an entry of db.service's
+// group.
+func UnitFields(units []string) []any {
+	f := make([]any, 0, 2*len(units)+12)
+	for _, u := range units {
+		f = append(f, Unit, u)
+	}
+	return f
+}

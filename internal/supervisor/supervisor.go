@@ -1,7 +1,15 @@
-// Package daemon runs one supervisor per lease: it executes what the
-// policy's state machine asks (store requests and unit jobs), feeds their
-// results back as events, and logs every transition to the journal.
-package daemon
+// Package supervisor keeps one lease on this node: it steps the policy's
+// state machine, carries out what each step asks (store requests and unit
+// jobs) and feeds their results back as events, writes a journal entry for
+// every transition, and publishes the lease's status for the control
+// socket and the watchdog.
+//
+// It talks to the lease store and to systemd through two small
+// interfaces, Store and Units: redislease's store satisfies the first,
+// and the daemon adapts systemd to the second. It imports policy,
+// redislease (the store's errors) and logging, and never unitctl or the
+// daemon.
+package supervisor
 
 import (
 	"context"
@@ -10,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 )
@@ -82,9 +89,9 @@ type Supervisor struct {
 	garbage string // the last garbage value reported, to report each once
 }
 
-// NewSupervisor returns a supervisor whose first step stops the units
+// New returns a supervisor whose first step stops the units
 // (a new daemon holds no lease: rule 6).
-func NewSupervisor(lease string, units []string, node string, m policy.Machine, store Store, u Units, clock Clock, log *slog.Logger) *Supervisor {
+func New(lease string, units []string, node string, m policy.Machine, store Store, u Units, clock Clock, log *slog.Logger) *Supervisor {
 	s := &Supervisor{
 		Lease: lease, Units: units, Node: node,
 		store: store, units: u, clock: clock, machine: m,
@@ -190,13 +197,6 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 		s.timer.Reset(max(0, out.Wake.Sub(now)))
 	}
 	return out, true
-}
-
-// logger is the daemon's logger with the lease's fields. It is built for
-// each entry, which are few, rather than kept: a thousand leases would
-// each hold a copy of the journal handler's preformatted fields.
-func (s *Supervisor) logger() *slog.Logger {
-	return s.log.With(logging.Lease, s.Lease, logging.Node, s.Node)
 }
 
 // Nudge asks for an observation now: a release or acquisition was

@@ -3,113 +3,15 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
-	"os/signal"
 	"runtime/debug"
 	"runtime/metrics"
-	"syscall"
 	"time"
 
 	sdaemon "github.com/coreos/go-systemd/v22/daemon"
 
-	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
-	"github.com/unitlease/unitlease/redislease"
-	"github.com/unitlease/unitlease/unitctl"
 )
-
-// RunOptions are the parts of a daemon tests and packaging may change.
-type RunOptions struct {
-	Socket  string         // default SocketPath
-	Unitctl unitctl.Config // Guard, DaemonUnit; StopWait comes from the config
-}
-
-// Run is `unitlease run`: it manages every annotated unit until ctx ends
-// (SIGTERM), then stops the units it runs, releases their leases and
-// returns.
-func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOptions) error {
-	if opts.Socket == "" {
-		opts.Socket = SocketPath
-	}
-	store, err := redislease.New(cfg.RedisConfig())
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	warnDurability(ctx, store, log)
-	sd, err := unitctl.Dial(ctx, unitctl.Options{Logf: func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }})
-	if err != nil {
-		return fmt.Errorf("systemd: %w", err)
-	}
-	defer sd.Close()
-	d := New(cfg, log, store, sd, opts.Unitctl, notify(log))
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- Serve(ctx, opts.Socket, d) }()
-	log.Info(fmt.Sprintf("unitlease %s on node %s: lease span %v, retry %v, renew deadline %v, stop wait %v",
-		Version, cfg.Node, cfg.Timing.LeaseSpan, cfg.Timing.Retry, cfg.Timing.RenewDeadline, cfg.Timing.StopWait),
-		logging.Event, "daemon_start")
-	d.Reload(ctx)
-	d.notify("READY=1")
-	go d.watchdog(ctx, d.fitWatchdog(ctx))
-	return d.loop(ctx, sd, serveErr)
-}
-
-// Version is set at build time.
-var Version = "dev"
-
-func (d *Daemon) loop(ctx context.Context, sd *unitctl.Systemd, serveErr <-chan error) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	reloads := sd.Reloads(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			d.log.Info("stopping: handing off every lease this node holds", logging.Event, "daemon_stop")
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.shutdownLimit())
-			defer cancel()
-			d.Shutdown(sctx)
-			return nil
-		case err := <-serveErr:
-			if err != nil {
-				return fmt.Errorf("control socket: %w", err)
-			}
-		case <-hup:
-			d.log.Info("SIGHUP: reloading annotations", logging.Event, "reload")
-			d.Reload(ctx)
-		case <-reloads:
-			d.log.Info("systemd reloaded: reloading annotations", logging.Event, "reload")
-			d.Reload(ctx)
-		}
-	}
-}
-
-// shutdownLimit bounds a shutdown: a stop, a release, and slack. A stop
-// that fails for good ends the wait earlier.
-func (d *Daemon) shutdownLimit() time.Duration {
-	t := d.cfg.Timing
-	return t.StopWait + 2*t.ReplyMax + 5*time.Second
-}
-
-func warnDurability(ctx context.Context, store *redislease.Store, log *slog.Logger) {
-	dur := store.Durability(ctx)
-	if !dur.CanLoseAcked {
-		return
-	}
-	for _, f := range dur.Findings {
-		log.Warn("Redis can lose an acknowledged write: "+f, logging.Event, "durability")
-	}
-}
-
-func notify(log *slog.Logger) func(string) {
-	return func(state string) {
-		if _, err := sdaemon.SdNotify(false, state); err != nil {
-			log.Debug("sd_notify: " + err.Error())
-		}
-	}
-}
 
 // watchdog sends WATCHDOG=1 only while no supervisor's loop has been busy
 // with one event for more than half the watchdog interval: a loop that

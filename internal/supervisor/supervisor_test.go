@@ -1,4 +1,4 @@
-package daemon
+package supervisor
 
 import (
 	"bytes"
@@ -149,7 +149,7 @@ func supervise(t *testing.T, store *fakeStore, units *fakeUnits, logs *bytes.Buf
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, store, units, MonotonicClock(), logging.Text(logs, slog.LevelDebug))
+	s := New("demo", []string{"demo.service"}, "node-a", m, store, units, MonotonicClock(), logging.Text(logs, slog.LevelDebug))
 	ctx, cancel := context.WithCancel(t.Context())
 	s.Start(ctx)
 	return s, cancel
@@ -263,7 +263,7 @@ func TestSupervisorStuckOnlyWhileBusy(t *testing.T) {
 		}
 		gate := make(chan struct{})
 		clock := MonotonicClock()
-		s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, clock, slog.New(gatedHandler{gate}))
+		s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, clock, slog.New(gatedHandler{gate}))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		s.Start(ctx)
@@ -316,7 +316,7 @@ func TestSupervisorGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		units, logs := &orderedUnits{}, &bytes.Buffer{}
-		s := NewSupervisor("db", []string{"a.service", "b.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, MonotonicClock(), logging.Text(logs, slog.LevelInfo))
+		s := New("db", []string{"a.service", "b.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, MonotonicClock(), logging.Text(logs, slog.LevelInfo))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		s.Start(ctx)
@@ -350,7 +350,7 @@ func TestSupervisorEventsBeforeStartAreDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 		units := &fakeUnits{}
-		s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, MonotonicClock(), logging.Text(&bytes.Buffer{}, slog.LevelInfo))
+		s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, MonotonicClock(), logging.Text(&bytes.Buffer{}, slog.LevelInfo))
 		s.Nudge()
 		s.UnitFailed(t.Context())
 		s.Handoff(t.Context())
@@ -389,7 +389,7 @@ func TestSupervisorNudgesWhileAStepHangsAreOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := enteredHandler{gatedHandler{make(chan struct{})}, make(chan struct{}), &sync.Once{}}
-	s := NewSupervisor("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, MonotonicClock(), slog.New(h))
+	s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, MonotonicClock(), slog.New(h))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	s.Start(ctx)

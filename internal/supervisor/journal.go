@@ -1,74 +1,19 @@
-package daemon
+package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
+	"github.com/unitlease/unitlease/redislease"
 )
 
-// Status is a supervisor's state for `unitlease status`.
-type Status struct {
-	Lease string   `json:"lease"`
-	Units []string `json:"units"`
-	Node  string   `json:"node"`
-	Role  string   `json:"role"` // the policy state: leader, standby, ...
-	// Holding: this node holds the lease (it renews it and will release it).
-	Holding bool   `json:"holding"`
-	Holder  string `json:"holder,omitempty"`
-	Version uint64 `json:"version,omitempty"`
-	// LeaseAge: for a standby, how long the record has been unchanged;
-	// for a holder, the time since its last successful renewal was sent.
-	LeaseAge time.Duration `json:"lease_age_ns"`
-	// DeadlineLeft: for a holder, the time left before it must stop.
-	DeadlineLeft time.Duration `json:"deadline_left_ns,omitempty"`
-	// Reason is the last journal event and why the node last stopped.
-	Reason string `json:"reason"`
-	// UnitStates is each unit's ActiveState, read for the snapshot.
-	UnitStates []string  `json:"unit_states,omitempty"`
-	Since      time.Time `json:"since"` // wall clock, for display only
-}
-
-// Status returns the latest snapshot.
-func (s *Supervisor) Status() Status { return *s.status.Load() }
-
-// Holding reports whether this node holds the lease, as of the last step.
-func (s *Supervisor) Holding() bool { return s.status.Load().Holding }
-
-// publish stores a snapshot after a step.
-func (s *Supervisor) publish(now policy.Instant, j policy.Journal) {
-	m := s.machine
-	st := Status{Lease: s.Lease, Units: s.Units, Node: s.Node, Role: m.State().String(), Since: time.Now()}
-	if prev := s.status.Load(); prev != nil {
-		st.Reason = prev.Reason
-		if prev.Role == st.Role {
-			st.Since = prev.Since
-		}
-	}
-	if j != "" {
-		st.Reason = string(j)
-		if c := m.Cause(); c != policy.CauseNone && stopRelated(j) {
-			st.Reason += " (" + c.String() + ")"
-		}
-	}
-	if held, holding := m.Held(); holding {
-		st.Holding = true
-		st.Holder, st.Version = held.Holder, held.Version
-		st.LeaseAge = now.Sub(m.LastRenewal())
-		t := m.Timing()
-		st.DeadlineLeft = max(0, t.Retry+t.RenewDeadline-st.LeaseAge)
-	} else if seen, _, ok := m.Seen(); ok {
-		st.Holder, st.Version = seen.Holder, seen.Version
-		st.LeaseAge = m.Age(now)
-	}
-	s.status.Store(&st)
-}
-
-// journal writes one entry for a transition, with the DESIGN.md fields.
+// journal writes one entry for a transition, with the fields the
+// journal promises (logging's field names).
 func (s *Supervisor) journal(j policy.Journal, before policy.State, ev policy.Event) {
 	m := s.machine
 	rec, holding := m.Held()
@@ -80,23 +25,12 @@ func (s *Supervisor) journal(j policy.Journal, before policy.State, ev policy.Ev
 		event = "state"
 	}
 	msg := s.message(j, before, ev, rec)
-	s.logger().Log(context.Background(), priority(j), msg, append(unitFields(s.Units),
+	s.logger().Log(context.Background(), priority(j), msg, append(logging.UnitFields(s.Units),
 		logging.Event, event,
 		logging.Holder, rec.Holder,
 		logging.Version, rec.Version,
 		"UNITLEASE_STATE", m.State().String(),
 		"UNITLEASE_CAUSE", m.Cause().String())...)
-}
-
-// unitFields is one UNITLEASE_UNIT field per unit of a group: the journal
-// keeps them all, so `journalctl UNITLEASE_UNIT=db.service` finds an entry
-// of db.service's group.
-func unitFields(units []string) []any {
-	f := make([]any, 0, 2*len(units)+12)
-	for _, u := range units {
-		f = append(f, logging.Unit, u)
-	}
-	return f
 }
 
 func (s *Supervisor) message(j policy.Journal, before policy.State, ev policy.Event, rec policy.Record) string {
@@ -146,4 +80,26 @@ func stopRelated(j policy.Journal) bool {
 		return true
 	}
 	return false
+}
+
+// logger is the daemon's logger with the lease's fields. It is built for
+// each entry, which are few, rather than kept: a thousand leases would
+// each hold a copy of the journal handler's preformatted fields.
+func (s *Supervisor) logger() *slog.Logger {
+	return s.log.With(logging.Lease, s.Lease, logging.Node, s.Node)
+}
+
+// reportGarbage logs a value that is not a record, once per value. The
+// standby cannot age it, so it never acquires over it.
+func (s *Supervisor) reportGarbage(err error) {
+	var g *redislease.GarbageError
+	if !errors.As(err, &g) {
+		s.logger().Warn("observing the lease failed: "+err.Error(), "UNITLEASE_EVENT", "observe_failed")
+		return
+	}
+	if string(g.Value) == s.garbage {
+		return
+	}
+	s.garbage = string(g.Value)
+	s.logger().Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
 }

@@ -1,4 +1,4 @@
-package daemon
+package supervisor
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 )
@@ -41,21 +42,6 @@ func (s *Supervisor) observe(ctx context.Context) policy.Event {
 		return policy.Event{Kind: policy.ObserveFailed}
 	}
 	return policy.Event{Kind: policy.Observed, Record: toPolicy(o)}
-}
-
-// reportGarbage logs a value that is not a record, once per value. The
-// standby cannot age it, so it never acquires over it.
-func (s *Supervisor) reportGarbage(err error) {
-	var g *redislease.GarbageError
-	if !errors.As(err, &g) {
-		s.logger().Warn("observing the lease failed: "+err.Error(), "UNITLEASE_EVENT", "observe_failed")
-		return
-	}
-	if string(g.Value) == s.garbage {
-		return
-	}
-	s.garbage = string(g.Value)
-	s.logger().Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
 }
 
 func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Event {
@@ -142,6 +128,22 @@ func (s *Supervisor) stop(ctx context.Context) policy.Event {
 		return policy.Event{Kind: policy.UnitStopFailed}
 	}
 	return policy.Event{Kind: policy.UnitStopped, Killed: killed}
+}
+
+// StartedBehind reacts to a unit that became active though this node does
+// not run it: the guard should have made that impossible, so it is stopped
+// and logged as refused. A unit the policy is starting or running is left
+// alone.
+func (s *Supervisor) StartedBehind(ctx context.Context, unit string) {
+	st := s.Status()
+	if st.Holding {
+		return
+	}
+	s.logger().Warn(unit+": started although this node does not hold lease "+s.Lease+": stopping it",
+		logging.Event, "refused", logging.Unit, unit, logging.Holder, st.Holder, logging.Version, st.Version)
+	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit); err != nil {
+		s.logger().Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
+	}
 }
 
 // Conversions between the store's types and the policy's.

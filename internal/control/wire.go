@@ -1,0 +1,85 @@
+// Package control is the daemon's control socket: the wire format of its
+// requests and answers, the server, and the client that `unitlease
+// status`, `handoff` and `guard` use. The socket is root's only (mode 0600
+// in a 0700 directory); requests are HTTP over it, answers JSON.
+//
+// The server answers through the Service interface, which the daemon
+// satisfies; this package imports nothing of unitlease.
+package control
+
+import (
+	"context"
+	"time"
+)
+
+// SocketPath is the control socket: root only (mode 0600 in a 0700
+// directory). status, handoff and guard talk to the daemon through it.
+const SocketPath = "/run/unitlease/control.sock"
+
+// Service is what the control socket serves: the daemon.
+type Service interface {
+	// Snapshot is this node's leases and the cluster's view.
+	Snapshot(ctx context.Context) Snapshot
+	// Handoff hands target (a lease or a unit) to a peer and returns who
+	// took it.
+	Handoff(ctx context.Context, target string) (HandoffResult, error)
+	// Guard returns nil if unit may start on this node now.
+	Guard(unit string) error
+}
+
+// Snapshot is this node's view and the cluster's.
+type Snapshot struct {
+	Node    string        `json:"node"`
+	Leases  []LeaseStatus `json:"leases"`
+	Cluster []ClusterRow  `json:"cluster"`
+	Errors  []string      `json:"errors,omitempty"` // config errors, Redis trouble
+	Timing  Timing        `json:"timing"`
+}
+
+// LeaseStatus is one lease on this node: its supervisor's state and its
+// units' states.
+type LeaseStatus struct {
+	Lease string   `json:"lease"`
+	Units []string `json:"units"`
+	Node  string   `json:"node"`
+	Role  string   `json:"role"` // the policy state: leader, standby, ...
+	// Holding: this node holds the lease (it renews it and will release it).
+	Holding bool   `json:"holding"`
+	Holder  string `json:"holder,omitempty"`
+	Version uint64 `json:"version,omitempty"`
+	// LeaseAge: for a standby, how long the record has been unchanged;
+	// for a holder, the time since its last successful renewal was sent.
+	LeaseAge time.Duration `json:"lease_age_ns"`
+	// DeadlineLeft: for a holder, the time left before it must stop.
+	DeadlineLeft time.Duration `json:"deadline_left_ns,omitempty"`
+	// Reason is the last journal event and why the node last stopped.
+	Reason string `json:"reason"`
+	// UnitStates is each unit's ActiveState, read for the snapshot.
+	UnitStates []string  `json:"unit_states,omitempty"`
+	Since      time.Time `json:"since"` // wall clock, for display only
+}
+
+// ClusterRow is one lease as Redis has it.
+type ClusterRow struct {
+	Lease    string `json:"lease"`
+	Holder   string `json:"holder,omitempty"`
+	Version  uint64 `json:"version,omitempty"`
+	State    string `json:"state"`    // held, released, missing, garbage
+	Watchers int    `json:"watchers"` // daemons managing it
+	Error    string `json:"error,omitempty"`
+}
+
+// Timing is the timing in force.
+type Timing struct {
+	LeaseSpan     time.Duration `json:"lease_span_ns"`
+	Retry         time.Duration `json:"retry_ns"`
+	RenewDeadline time.Duration `json:"renew_deadline_ns"`
+	StopWait      time.Duration `json:"stop_wait_ns"`
+}
+
+// HandoffResult says who took the lease.
+type HandoffResult struct {
+	Lease   string `json:"lease"`
+	Holder  string `json:"holder"`
+	Version uint64 `json:"version"`
+}

@@ -1,0 +1,246 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/internal/supervisor"
+	"github.com/unitlease/unitlease/policy"
+	"github.com/unitlease/unitlease/unitctl"
+)
+
+// Reload discovers the annotated units and brings the supervisors in line:
+// a new lease gets a supervisor, a removed one is handed off, released and
+// unmanaged. Bad annotations and refused units are logged as config_error
+// and left unmanaged; the rest keep working.
+func (d *Daemon) Reload(ctx context.Context) {
+	found, problems, complete := d.discover(ctx)
+	if !complete || ctx.Err() != nil {
+		// Units could not be listed (or the daemon is stopping): an empty
+		// answer is not "nothing is annotated". Keep what runs.
+		d.problem(fmt.Sprintf("discovery incomplete, nothing changed: %v", problems))
+		return
+	}
+	d.mu.Lock()
+	d.problems = problems
+	current := map[string][]string{}
+	for lease, r := range d.sups {
+		current[lease] = r.sup.Units
+	}
+	d.mu.Unlock()
+	remove, add := reconcile(current, found)
+	managed := map[string]bool{} // units managed after this reload, under any lease
+	for _, units := range found {
+		for _, u := range units {
+			managed[u] = true
+		}
+	}
+	for _, lease := range remove {
+		d.remove(ctx, lease, managed)
+	}
+	d.install(ctx, found, add)
+	d.rewatch(ctx)
+	d.notify("STATUS=" + d.summary())
+}
+
+// reconcile compares the leases that run (current) with the ones
+// discovery found, each with its units in order: remove are the leases
+// that run but were not found or whose units changed, add the ones found
+// that do not run as found. A lease whose units changed is in both: it is
+// removed (handed off, released) and added anew. Both come sorted.
+func reconcile(current, found map[string][]string) (remove, add []string) {
+	for lease, units := range current {
+		if want, ok := found[lease]; !ok || !slices.Equal(want, units) {
+			remove = append(remove, lease)
+		}
+	}
+	for lease, units := range found {
+		if cur, ok := current[lease]; !ok || !slices.Equal(cur, units) {
+			add = append(add, lease)
+		}
+	}
+	slices.Sort(remove)
+	slices.Sort(add)
+	return remove, add
+}
+
+// discover returns the units to manage, grouped by lease, and logs every
+// problem. complete is false when systemd could not list units at all.
+func (d *Daemon) discover(ctx context.Context) (groups map[string][]string, problems []string, complete bool) {
+	anns, errs := d.sd.Discover(ctx)
+	complete = len(anns) > 0 || len(errs) == 0
+	for _, err := range errs {
+		var ae *unitctl.AnnotationError
+		complete = complete || errors.As(err, &ae)
+		problems = append(problems, d.configError(err, ""))
+	}
+	groups = map[string][]string{}
+	for _, a := range anns {
+		groups[a.Lease] = append(groups[a.Lease], a.Unit)
+	}
+	for lease, units := range groups {
+		slices.Sort(units)
+		groups[lease] = units
+	}
+	return groups, problems, complete
+}
+
+func (d *Daemon) configError(err error, unit string) string {
+	var ae *unitctl.AnnotationError
+	if errors.As(err, &ae) {
+		unit = ae.Unit
+	}
+	d.log.Error(err.Error(), logging.Event, "config_error", logging.Unit, unit)
+	return err.Error()
+}
+
+// install validates the units of the added leases, writes their drop-ins
+// in one batch with one daemon-reload, and starts a supervisor for every
+// lease whose units all passed.
+func (d *Daemon) install(ctx context.Context, groups map[string][]string, added []string) {
+	var plans []*unitctl.Plan
+	refused := map[string]bool{}
+	for _, lease := range added {
+		for _, u := range groups[lease] {
+			p, err := d.sd.Validate(ctx, u, d.ucfg)
+			if err != nil {
+				d.problem(d.configError(err, u))
+				refused[lease] = true
+				continue
+			}
+			for _, w := range p.Warnings {
+				d.log.Warn(u+": "+w, logging.Event, "unit_warning", logging.Unit, u)
+			}
+			plans = append(plans, p)
+		}
+	}
+	if len(plans) == 0 {
+		return // no reload: Install of nothing would still reload, and wake this again
+	}
+	failed, err := d.sd.Install(ctx, plans)
+	if err != nil {
+		d.problem(d.configError(err, ""))
+		return
+	}
+	for u, err := range failed {
+		d.problem(d.configError(err, u))
+		for lease, units := range groups {
+			if slices.Contains(units, u) {
+				refused[lease] = true
+			}
+		}
+	}
+	for _, lease := range added {
+		if !refused[lease] {
+			d.add(ctx, lease, groups[lease])
+		}
+	}
+}
+
+func (d *Daemon) problem(p string) {
+	d.mu.Lock()
+	d.problems = append(d.problems, p)
+	d.mu.Unlock()
+}
+
+// RenewGrid is the renew grid as a fraction of retry: the leases of one
+// daemon renew at ten instants per retry period, so their renewals share
+// pipelines (redislease batches what is ready at once). Only a lease's
+// first renewal comes early, by less than a tenth of retry.
+const RenewGrid = 10
+
+// add starts a supervisor; its first step stops the units (rule 6).
+func (d *Daemon) add(ctx context.Context, lease string, units []string) {
+	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64(), RenewGrid: d.cfg.Timing.Retry / RenewGrid})
+	if err != nil {
+		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
+		return
+	}
+	sup := supervisor.New(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait}, d.clock, d.log)
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.mu.Lock()
+	d.sups[lease] = &running{sup: sup, cancel: cancel}
+	d.mu.Unlock()
+	sup.Start(sctx)
+}
+
+// remove hands a lease off if this node holds it, waits until it no
+// longer does, then ends its supervisor and removes the drop-ins of the
+// units not in keep (a unit managed under another lease from now on keeps
+// its drop-in, and its guard).
+func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool) {
+	d.mu.Lock()
+	r := d.sups[lease]
+	d.mu.Unlock()
+	if r == nil {
+		return
+	}
+	d.relinquish(ctx, r.sup)
+	r.cancel()
+	<-r.sup.Done()
+	d.mu.Lock()
+	delete(d.sups, lease)
+	d.mu.Unlock()
+	var gone []string
+	for _, u := range r.sup.Units {
+		if !keep[u] {
+			gone = append(gone, u)
+		}
+	}
+	if len(gone) > 0 {
+		if err := d.sd.Uninstall(ctx, d.ucfg, gone); err != nil {
+			d.log.Warn("removing drop-ins: "+err.Error(), logging.Lease, lease)
+		}
+	}
+	d.log.Info(fmt.Sprintf("%s: no longer managed (lease %s)", strings.Join(r.sup.Units, ", "), lease),
+		append(logging.UnitFields(r.sup.Units), logging.Event, "unmanaged", logging.Lease, lease)...)
+}
+
+// relinquish stops the units and releases the lease if this node holds
+// it, and returns once it does not (or the stop failed for good).
+func (d *Daemon) relinquish(ctx context.Context, s *supervisor.Supervisor) {
+	if !s.Holding() {
+		return
+	}
+	s.Handoff(ctx)
+	d.waitFor(ctx, func() bool { return !s.Holding() || s.Status().Role == policy.StopFailed.String() })
+}
+
+// waitFor polls cond until it holds or ctx ends. The supervisors publish
+// their state after every step; every 10 ms is cheap for the few seconds
+// of a handoff or a removal, and adds little to it (a re-annotated unit's
+// new lease begins only once the old one is released).
+func (d *Daemon) waitFor(ctx context.Context, cond func() bool) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// Shutdown stops every unit this node runs, waits for inactive, releases
+// and returns: what SIGTERM does.
+func (d *Daemon) Shutdown(ctx context.Context) {
+	d.notify("STOPPING=1")
+	var wg sync.WaitGroup
+	for _, r := range d.running() {
+		wg.Go(func() { d.relinquish(ctx, r.sup) })
+	}
+	wg.Wait()
+	for _, r := range d.running() {
+		r.cancel()
+		<-r.sup.Done()
+	}
+}

@@ -1,0 +1,78 @@
+package daemon
+
+import (
+	"context"
+	"slices"
+
+	"github.com/unitlease/unitlease/internal/control"
+	"github.com/unitlease/unitlease/internal/supervisor"
+	"github.com/unitlease/unitlease/redislease"
+)
+
+// Snapshot is this node's supervisors and the leases in Redis.
+func (d *Daemon) Snapshot(ctx context.Context) control.Snapshot {
+	t := d.cfg.Timing
+	snap := control.Snapshot{Node: d.cfg.Node, Timing: control.Timing{LeaseSpan: t.LeaseSpan, Retry: t.Retry, RenewDeadline: t.RenewDeadline, StopWait: t.StopWait}}
+	for _, s := range d.supervisors() {
+		snap.Leases = append(snap.Leases, leaseStatus(s.Status(), d.unitStates(ctx, s.Units)))
+	}
+	d.mu.Lock()
+	snap.Errors = slices.Clone(d.problems)
+	d.mu.Unlock()
+	rows, err := ClusterView(ctx, d.store)
+	if err != nil {
+		snap.Errors = append(snap.Errors, err.Error())
+	}
+	snap.Cluster = rows
+	return snap
+}
+
+func (d *Daemon) unitStates(ctx context.Context, units []string) []string {
+	var states []string
+	for _, u := range units {
+		st, err := d.sd.ActiveState(ctx, u)
+		if err != nil {
+			st = "unknown"
+		}
+		states = append(states, st)
+	}
+	return states
+}
+
+// Lister is what ClusterView needs of the store.
+type Lister interface {
+	List(ctx context.Context) ([]redislease.Entry, error)
+	Watchers(ctx context.Context, name string) (int, error)
+}
+
+// ClusterView lists every lease in Redis with its holder and how many
+// daemons watch it.
+func ClusterView(ctx context.Context, store Lister) ([]control.ClusterRow, error) {
+	entries, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rows []control.ClusterRow
+	for _, e := range entries {
+		row := control.ClusterRow{Lease: e.Name, Holder: e.Record.Holder, Version: e.Record.Version, State: e.Record.State}
+		switch {
+		case e.Err != nil:
+			row.State, row.Error = "garbage", e.Err.Error()
+		case e.Absent:
+			row.State = "missing"
+		}
+		row.Watchers, _ = store.Watchers(ctx, e.Name)
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// leaseStatus is a supervisor's status as the control socket sends it.
+func leaseStatus(st supervisor.Status, unitStates []string) control.LeaseStatus {
+	return control.LeaseStatus{
+		Lease: st.Lease, Units: st.Units, Node: st.Node, Role: st.Role,
+		Holding: st.Holding, Holder: st.Holder, Version: st.Version,
+		LeaseAge: st.LeaseAge, DeadlineLeft: st.DeadlineLeft,
+		Reason: st.Reason, UnitStates: unitStates, Since: st.Since,
+	}
+}

@@ -1,0 +1,31 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/unitlease/unitlease/unitctl"
+)
+
+// unitsOf adapts systemd to a supervisor's Units: stops take the
+// configured stop_wait, and a stop's SIGKILL is read off unitctl's error.
+type unitsOf struct {
+	sd       Manager
+	stopWait time.Duration
+}
+
+func (u unitsOf) Start(ctx context.Context, unit string) error { return u.sd.Start(ctx, unit) }
+
+func (u unitsOf) StartOrder(ctx context.Context, units []string) ([]string, error) {
+	return u.sd.StartOrder(ctx, units)
+}
+
+func (u unitsOf) Stop(ctx context.Context, unit string) (bool, error) {
+	err := u.sd.Stop(ctx, unit, u.stopWait)
+	var je *unitctl.JobError
+	if errors.As(err, &je) {
+		return je.Killed, err
+	}
+	return false, err
+}
