@@ -48,14 +48,23 @@ const (
 // ErrTiming is wrapped by every error Validate returns.
 var ErrTiming = errors.New("policy: invalid timing")
 
-// timingError is one sentence about one broken inequality.
-type timingError string
+// TimingError is one sentence about one broken inequality; it matches
+// ErrTiming. Validate returns it as a *TimingError.
+type TimingError struct {
+	// Key is the [timing] key the sentence is about, the one it names
+	// first: "retry", "reply_max", "poll_min", "lease_span", ...
+	Key string
+	// Msg is the sentence, with the numbers; it starts with Key.
+	Msg string
+}
 
-func (e timingError) Error() string        { return "policy: " + string(e) }
-func (e timingError) Is(target error) bool { return target == ErrTiming }
+func (e *TimingError) Error() string        { return "policy: " + e.Msg }
+func (e *TimingError) Is(target error) bool { return target == ErrTiming }
 
-func badTiming(format string, args ...any) error {
-	return timingError(fmt.Sprintf(format, args...))
+// badTiming starts the sentence with key, so the key is always the one
+// named first.
+func badTiming(key, format string, args ...any) error {
+	return &TimingError{Key: key, Msg: key + " " + fmt.Sprintf(format, args...)}
 }
 
 // leaderBound is what the leader's deadline and stop take on its own clock
@@ -124,7 +133,8 @@ func (t Timing) backoff() time.Duration {
 // Validate reports the first inequality t breaks, in one sentence with the
 // numbers: non-positive or over-an-hour values, reply_max not below retry
 // or renew_deadline, poll_min above poll_max, and a lease span below
-// SafeMinimum. A zero LeaseSpan is valid: it means SafeMinimum.
+// SafeMinimum. A zero LeaseSpan is valid: it means SafeMinimum. The error
+// is a *TimingError.
 func (t Timing) Validate() error {
 	for _, k := range t.keys() {
 		if err := k.check(); err != nil {
@@ -133,13 +143,13 @@ func (t Timing) Validate() error {
 	}
 	switch {
 	case t.ReplyMax >= t.Retry:
-		return badTiming("reply_max %v must be below retry %v, so that a renewal's reply arrives before the next renewal is due", t.ReplyMax, t.Retry)
+		return badTiming("reply_max", "%v must be below retry %v, so that a renewal's reply arrives before the next renewal is due", t.ReplyMax, t.Retry)
 	case t.ReplyMax >= t.RenewDeadline:
-		return badTiming("reply_max %v must be below renew_deadline %v, or no renewal can complete before the deadline", t.ReplyMax, t.RenewDeadline)
+		return badTiming("reply_max", "%v must be below renew_deadline %v, or no renewal can complete before the deadline", t.ReplyMax, t.RenewDeadline)
 	case t.PollMin > t.PollMax:
-		return badTiming("poll_min %v is above poll_max %v", t.PollMin, t.PollMax)
+		return badTiming("poll_min", "%v is above poll_max %v", t.PollMin, t.PollMax)
 	case t.LeaseSpan != 0 && t.LeaseSpan < t.SafeMinimum():
-		return badTiming("lease_span %v is below the safe minimum %v (retry %v + renew_deadline %v + stop_wait %v + margin %v for clock drift and scheduling delay)",
+		return badTiming("lease_span", "%v is below the safe minimum %v (retry %v + renew_deadline %v + stop_wait %v + margin %v for clock drift and scheduling delay)",
 			t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin())
 	}
 	return nil
@@ -179,9 +189,9 @@ func (t Timing) keys() []timingKey {
 func (k timingKey) check() error {
 	switch {
 	case k.value < 0 || k.value == 0 && !k.zeroOK:
-		return badTiming("%s %v must be positive%s", k.name, k.value, k.zeroNote)
+		return badTiming(k.name, "%v must be positive%s", k.value, k.zeroNote)
 	case k.value > MaxDuration:
-		return badTiming("%s %v is above the limit of %v", k.name, k.value, MaxDuration)
+		return badTiming(k.name, "%v is above the limit of %v", k.value, MaxDuration)
 	}
 	return nil
 }

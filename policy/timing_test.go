@@ -122,3 +122,37 @@ func TestValidateAcceptsLimits(t *testing.T) {
 		}
 	}
 }
+
+// A caller reads the key with errors.As: the one the sentence names first.
+func TestValidateErrorKeys(t *testing.T) {
+	for _, c := range []struct {
+		edit func(*Timing)
+		key  string
+	}{
+		{func(t *Timing) { t.ReplyMax = 5 * s }, "reply_max"},
+		{func(t *Timing) { t.RenewDeadline = time.Second }, "reply_max"},
+		{func(t *Timing) { t.PollMin = 12 * s }, "poll_min"},
+		{func(t *Timing) { t.PollMax = time.Second }, "poll_min"},
+		{func(t *Timing) { t.LeaseSpan = 30 * s }, "lease_span"},
+		{func(t *Timing) { t.LeaseSpan = -time.Second }, "lease_span"},
+		{func(t *Timing) { t.Retry = 0 }, "retry"},
+		{func(t *Timing) { t.RenewDeadline = 0 }, "renew_deadline"},
+		{func(t *Timing) { t.StopWait = 2 * time.Hour }, "stop_wait"},
+		{func(t *Timing) { t.PollMax = time.Hour + 1 }, "poll_max"},
+	} {
+		tm := DefaultTiming()
+		c.edit(&tm)
+		err := tm.Validate()
+		var te *TimingError
+		if !errors.As(err, &te) {
+			t.Errorf("%v: not a *TimingError", err)
+			continue
+		}
+		if te.Key != c.key || err.Error() != "policy: "+te.Msg || !errors.Is(err, ErrTiming) {
+			t.Errorf("%v: key %q msg %q, want key %q", err, te.Key, te.Msg, c.key)
+		}
+		if _, err := tm.Resolved(); !errors.As(err, &te) || te.Key != c.key {
+			t.Errorf("Resolved: %v", err)
+		}
+	}
+}

@@ -40,30 +40,56 @@ type Config struct {
 	PoolSize int
 }
 
-// ErrConfig reports a configuration the store cannot use.
+// ErrConfig reports a configuration the store cannot use; every
+// *ConfigError matches it.
 var ErrConfig = errors.New("redislease: bad configuration")
 
-func configErr(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+// ConfigError is a configuration the store cannot use, as Check and New
+// return it.
+type ConfigError struct {
+	// Key is the configuration key whose value is wrong, without the
+	// "redis." table prefix of unitlease.toml: "url", "password_file",
+	// "ca_file", "node". It is "" when the message names its keys itself
+	// ("cert_file and key_file go together", "password_file /path: mode
+	// 0644 ...") or names none ("client certificate: ...").
+	Key string
+	// Msg is what is wrong, without the key.
+	Msg string
+}
+
+// Error is "redislease: bad configuration: key: msg", or without "key: "
+// when Key is "".
+func (e *ConfigError) Error() string {
+	if e.Key == "" {
+		return ErrConfig.Error() + ": " + e.Msg
+	}
+	return ErrConfig.Error() + ": " + e.Key + ": " + e.Msg
+}
+
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// configErr reports a problem with key ("" for none: see ConfigError).
+func configErr(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)}
 }
 
 // options turns the configuration into go-redis options.
 func (c Config) options() (*redis.Options, error) {
 	if err := ValidNode(c.Node); err != nil {
-		return nil, configErr("node: %v", err)
+		return nil, configErr("node", "%v", err)
 	}
 	if c.ReplyMax <= 0 || c.LeaseSpan <= 0 {
-		return nil, configErr("reply_max %v and lease_span %v must be positive", c.ReplyMax, c.LeaseSpan)
+		return nil, configErr("", "reply_max %v and lease_span %v must be positive", c.ReplyMax, c.LeaseSpan)
 	}
 	if err := notReplicated(c.URL); err != nil {
 		return nil, err
 	}
 	opt, err := redis.ParseURL(c.URL)
 	if err != nil {
-		return nil, configErr("url: %v", redactURLError(err, c.URL))
+		return nil, configErr("url", "%v", redactURLError(err, c.URL))
 	}
 	if opt.Password != "" {
-		return nil, configErr("url: a password in the URL would show wherever the URL is printed; put it in password_file")
+		return nil, configErr("url", "a password in the URL would show wherever the URL is printed; put it in password_file")
 	}
 	if c.Username != "" {
 		opt.Username = c.Username
@@ -109,9 +135,9 @@ func notReplicated(raw string) error {
 	q := u.Query()
 	switch {
 	case strings.Contains(u.Scheme, "sentinel") || q.Has("master_name"):
-		return configErr("url: Redis Sentinel is not supported: its failover promotes an asynchronously copied replica, which can miss an acknowledged write and let two nodes hold one lease; use one Redis with appendonly yes and appendfsync always")
+		return configErr("url", "Redis Sentinel is not supported: its failover promotes an asynchronously copied replica, which can miss an acknowledged write and let two nodes hold one lease; use one Redis with appendonly yes and appendfsync always")
 	case q.Has("addr"):
-		return configErr("url: several addresses (Redis Cluster) are not supported: a Cluster fails over to asynchronous replicas too; use one Redis with appendonly yes and appendfsync always")
+		return configErr("url", "several addresses (Redis Cluster) are not supported: a Cluster fails over to asynchronous replicas too; use one Redis with appendonly yes and appendfsync always")
 	}
 	return nil
 }
@@ -129,18 +155,18 @@ func redactURLError(err error, url string) string {
 func readSecret(path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return "", configErr("password_file: %v", err)
+		return "", configErr("password_file", "%v", err)
 	}
 	if perm := st.Mode().Perm(); perm&0o044 != 0 {
-		return "", configErr("password_file %s: mode %04o lets group or others read it; chmod 0600 %s", path, perm, path)
+		return "", configErr("", "password_file %s: mode %04o lets group or others read it; chmod 0600 %s", path, perm, path)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", configErr("password_file: %v", err)
+		return "", configErr("password_file", "%v", err)
 	}
 	pw := strings.TrimRight(string(b), "\r\n")
 	if pw == "" || strings.ContainsAny(pw, "\r\n") {
-		return "", configErr("password_file %s: want the password on one line", path)
+		return "", configErr("", "password_file %s: want the password on one line", path)
 	}
 	return pw, nil
 }
@@ -148,7 +174,7 @@ func readSecret(path string) (string, error) {
 func (c Config) tls(opt *redis.Options) error {
 	if opt.TLSConfig == nil {
 		if c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" {
-			return configErr("ca_file, cert_file and key_file need a rediss:// url")
+			return configErr("", "ca_file, cert_file and key_file need a rediss:// url")
 		}
 		return nil
 	}
@@ -156,21 +182,21 @@ func (c Config) tls(opt *redis.Options) error {
 	if c.CAFile != "" {
 		pem, err := os.ReadFile(c.CAFile)
 		if err != nil {
-			return configErr("ca_file: %v", err)
+			return configErr("ca_file", "%v", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return configErr("ca_file %s: no PEM certificate in it", c.CAFile)
+			return configErr("", "ca_file %s: no PEM certificate in it", c.CAFile)
 		}
 		opt.TLSConfig.RootCAs = pool
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		return configErr("cert_file and key_file go together")
+		return configErr("", "cert_file and key_file go together")
 	}
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
-			return configErr("client certificate: %v", err)
+			return configErr("", "client certificate: %v", err)
 		}
 		opt.TLSConfig.Certificates = []tls.Certificate{cert}
 	}

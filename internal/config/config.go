@@ -127,14 +127,23 @@ func Parse(path string, data []byte) (*Config, error) {
 		return nil, err
 	}
 	if err := c.RedisConfig().Check(); err != nil {
-		msg := strings.TrimPrefix(err.Error(), redislease.ErrConfig.Error()+": ")
-		key := "redis"
-		if word, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(word, " ") {
-			key, msg = "redis."+word, rest
-		}
-		return nil, at(key, msg)
+		return nil, redisError(err, at)
 	}
 	return c, nil
+}
+
+// redisError names the [redis] key a redislease.ConfigError is about, or
+// the table when it is about none or several.
+func redisError(err error, at func(key, msg string) error) error {
+	var ce *redislease.ConfigError
+	switch {
+	case !errors.As(err, &ce):
+		return at("redis", err.Error())
+	case ce.Key == "":
+		return at("redis", ce.Msg)
+	default:
+		return at("redis."+ce.Key, ce.Msg)
+	}
 }
 
 func decodeError(path string, err error) error {
@@ -213,15 +222,14 @@ func (c *Config) timing(f file, at func(key, msg string) error) error {
 	}
 	resolved, err := t.Resolved()
 	if err != nil {
-		return at("timing."+firstWord(strings.TrimPrefix(err.Error(), "policy: ")), strings.TrimPrefix(err.Error(), "policy: "))
+		var te *policy.TimingError
+		if !errors.As(err, &te) {
+			return at("timing", err.Error())
+		}
+		return at("timing."+te.Key, te.Msg)
 	}
 	c.Timing = resolved
 	return nil
-}
-
-func firstWord(s string) string {
-	word, _, _ := strings.Cut(s, " ")
-	return word
 }
 
 // RedisConfig is what redislease.New takes.

@@ -88,3 +88,54 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("%+v %v", c, err)
 	}
 }
+
+// The key and line of an error found after decoding come from the typed
+// errors of policy and redislease: the key the timing sentence is about,
+// the redis key a "key: msg" is about, and the [redis] table for a
+// sentence that names its keys itself.
+func TestErrorKeysAndLines(t *testing.T) {
+	loose := filepath.Join(t.TempDir(), "redis.password")
+	if err := os.WriteFile(loose, []byte("pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(loose, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		doc  string
+		line int
+		key  string
+		msg  string // a prefix
+	}{
+		// retry is set, but reply_max is what the sentence is about; it is
+		// not in the file, so there is no line.
+		{"[timing]\nretry = \"1s\"\n", 0, "timing.reply_max", "reply_max 2s must be below retry 1s, so that"},
+		{"[timing]\nretry = \"1s\"\nreply_max = \"1s\"\n", 3, "timing.reply_max", "reply_max 1s must be below retry 1s"},
+		{"[timing]\nrenew_deadline = \"1s\"\n", 0, "timing.reply_max", "reply_max 2s must be below renew_deadline 1s"},
+		{"[timing]\npoll_min = \"20s\"\npoll_max = \"10s\"\n", 2, "timing.poll_min", "poll_min 20s is above poll_max 10s"},
+		{"[timing]\npoll_max = \"1s\"\n", 0, "timing.poll_min", "poll_min 5s is above poll_max 1s"},
+		{"node = \"n\"\n\n[timing]\nretry = \"6s\"\nlease_span = \"36.072s\"\n", 5, "timing.lease_span", "lease_span 36.072s is below the safe minimum 37.074s (retry 6s"},
+		{"[timing]\nstop_wait = \"0s\"\n", 2, "timing.stop_wait", "stop_wait 0s is below 1s"},
+		{"[timing]\nretry = \"0s\"\n", 2, "timing.retry", "retry 0s must be positive"},
+		{"[timing]\npoll_max = \"61m\"\n", 2, "timing.poll_max", "poll_max 1h1m0s is above the limit of 1h0m0s"},
+		// A rediss-only key with redis:// names three keys: the table.
+		{"node = \"n\"\n[redis]\nurl = \"redis://h:1/0\"\nca_file = \"/x\"\n", 2, "redis", "ca_file, cert_file and key_file need a rediss:// url"},
+		{"[redis]\npassword_file = \"" + loose + "\"\n", 1, "redis", "password_file " + loose + ": mode 0644 lets group or others read it; chmod 0600 " + loose},
+		{"[redis]\nurl = \"rediss://h:1/0\"\ncert_file = \"/x\"\n", 1, "redis", "cert_file and key_file go together"},
+		{"[redis]\nurl = \"rediss://h:1/0\"\ncert_file = \"/x\"\nkey_file = \"/y\"\n", 1, "redis", "client certificate: open /x:"},
+		{"[redis]\n\npassword_file = \"/nonexistent\"\n", 3, "redis.password_file", "stat /nonexistent:"},
+		{"[redis]\nurl = \"rediss://h:1/0\"\nca_file = \"/nonexistent\"\n", 3, "redis.ca_file", "open /nonexistent:"},
+		{"[redis]\nurl = \"redis://u:pw@h:1/0\"\n", 2, "redis.url", "a password in the URL would show"},
+		{"[redis]\nurl = \"http://x\"\n", 2, "redis.url", "redis: invalid URL scheme: http"},
+	} {
+		_, err := Parse("u.toml", []byte(c.doc))
+		var ce *Error
+		if !errors.As(err, &ce) {
+			t.Errorf("%q: %v, want a *Error", c.doc, err)
+			continue
+		}
+		if ce.File != "u.toml" || ce.Line != c.line || ce.Key != c.key || !strings.HasPrefix(ce.Msg, c.msg) {
+			t.Errorf("%q:\n got %#v\nwant line %d key %s msg %s...", c.doc, *ce, c.line, c.key, c.msg)
+		}
+	}
+}
