@@ -96,7 +96,7 @@ func (m *Machine) lost(e Event, o *Output) {
 	switch {
 	case !m.answer(Renew) || !m.holding:
 		return
-	case e.Kind == RenewLost && m.ours(e.Record):
+	case e.Kind == RenewLost && e.Record.Extends(m.held):
 		m.held = e.Record
 		m.attemptFailed()
 		return
@@ -109,13 +109,6 @@ func (m *Machine) lost(e Event, o *Output) {
 	case Starting, Leader:
 		m.stop(lossCause(e.Kind))
 	}
-}
-
-// ours reports whether r is a held record this node wrote since it
-// acquired: the same holder and token, which no other acquisition reuses.
-func (m *Machine) ours(r Record) bool {
-	h := m.held
-	return r.Present && !r.Released && h.Token != "" && r.Token == h.Token && r.Holder == h.Holder && r.Version > h.Version
 }
 
 func lossCause(k EventKind) Cause {

@@ -29,10 +29,14 @@ func (i Instant) String() string {
 }
 
 // Record is what the store holds under the lease key, as the store read or
-// wrote it. Two records are the same value exactly when Same says so: the
-// policy compares raw bytes, and a missing key is a value like any other.
-// Holder, Token and Version are carried for the store's compare-and-set and
-// for logs; the policy decides nothing on them.
+// wrote it: the one shape of a record between the store and the policy.
+// The store decodes a value once into it and keeps the exact bytes in Raw.
+// Two records are the same value exactly when Same says so: the policy
+// ages and compares raw bytes, and a missing key is a value like any other.
+// The policy decides on the decoded fields too: Released (the released
+// shortcut), LeaseSpan (the writer's span, waited out if longer), and
+// Holder, Token and Version in Extends (a renewal whose reply was lost is
+// not a loss); the store compares them in its scripts.
 type Record struct {
 	Present  bool   // false: the key is missing; the other fields are empty
 	Raw      string // the stored bytes, exactly
@@ -48,6 +52,14 @@ type Record struct {
 
 // Absent is the record of a missing key.
 var Absent = Record{}
+
+// Extends reports whether r is a later write of held's tenure: held (not
+// released), by the same holder with the same token, which no other
+// acquisition reuses, at a higher version. Such a record is this node's
+// own renewal whose reply was lost, not a loss.
+func (r Record) Extends(held Record) bool {
+	return r.Present && !r.Released && held.Token != "" && r.Token == held.Token && r.Holder == held.Holder && r.Version > held.Version
+}
 
 // Same reports whether r and o are the same stored value.
 func (r Record) Same(o Record) bool { return r.Present == o.Present && r.Raw == o.Raw }

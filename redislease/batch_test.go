@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/unitlease/unitlease/internal/redistest"
+	"github.com/unitlease/unitlease/policy"
 )
 
 // TestBatchSharesOnePipeline queues renewals of many leases, a read and a
@@ -18,9 +20,10 @@ func TestBatchSharesOnePipeline(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	s := newStore(t, srv, "node-a")
 	const n = 50
-	leases := make([]Lease, n)
+	leases := make([]policy.Record, n)
+	name := func(i int) string { return fmt.Sprintf("l%02d", i) }
 	for i := range leases {
-		leases[i] = mustAcquire(t, s, fmt.Sprintf("l%02d", i))
+		leases[i] = mustAcquire(t, s, name(i))
 	}
 	if err := renewScript.Load(bg, s.rdb).Err(); err != nil {
 		t.Fatal(err)
@@ -31,14 +34,13 @@ func TestBatchSharesOnePipeline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(bg, time.Minute)
 	defer cancel()
 	var calls []*call
-	for i, l := range leases {
-		r := l.Record
+	for i, r := range leases {
 		v := r.Version
 		if i == 7 {
 			v-- // a stale version: this one alone is refused
 		}
 		c := &call{ctx: ctx, done: make(chan struct{}), queue: func(p redis.Pipeliner) redis.Cmder {
-			return renewScript.EvalSha(ctx, p, []string{s.Key(l.Name)}, r.Holder, r.Token, v, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds())
+			return renewScript.EvalSha(ctx, p, []string{s.Key(name(i))}, r.Holder, r.Token, v, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds())
 		}}
 		calls = append(calls, c)
 		b.calls <- c
@@ -75,11 +77,11 @@ func TestBatchSharesOnePipeline(t *testing.T) {
 		}
 	}
 	<-get.done
-	raw, err := get.cmd.(*redis.StringCmd).Bytes()
+	raw, err := get.cmd.(*redis.StringCmd).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := Decode("l00", raw); err != nil || rec.Version != leases[0].Record.Version+1 {
+	if rec, err := Decode("l00", raw); err != nil || rec.Version != leases[0].Version+1 {
 		t.Fatalf("read %q (%v), want l00 renewed in the same pipeline", raw, err)
 	}
 	// The scripts write records as Encode does: the decoder's fast path.
@@ -95,12 +97,12 @@ func TestScriptFlushedIsSentAgain(t *testing.T) {
 	s := newStore(t, srv, "node-a")
 	l := mustAcquire(t, s, "vpn")
 	srv.Command("SCRIPT", "FLUSH")
-	next, err := s.Renew(bg, l)
+	next, err := s.Renew(bg, "vpn", l)
 	if err != nil {
 		t.Fatalf("renew after SCRIPT FLUSH: %v", err)
 	}
-	if next.Record.Version != l.Record.Version+1 {
-		t.Fatalf("version %d, want %d: renewed exactly once", next.Record.Version, l.Record.Version+1)
+	if next.Version != l.Version+1 {
+		t.Fatalf("version %d, want %d: renewed exactly once", next.Version, l.Version+1)
 	}
 }
 

@@ -8,12 +8,17 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/unitlease/unitlease/policy"
 )
 
 // Entry is one lease in the cluster's view.
 type Entry struct {
-	Observation
-	// Err is set when the value is not a record.
+	Name string
+	// Record is the key's value (not Present: missing).
+	Record policy.Record
+	// Err is set when the value is not a record; Record then holds its
+	// bytes alone.
 	Err error
 }
 
@@ -48,13 +53,9 @@ func (s *Store) List(ctx context.Context) ([]Entry, error) {
 }
 
 func (s *Store) entry(key string, v any) Entry {
-	e := Entry{Observation: Observation{Name: strings.TrimPrefix(key, s.Key(""))}}
-	str, ok := v.(string)
-	if !ok {
-		e.Absent = true
-		return e
+	e := Entry{Name: strings.TrimPrefix(key, s.Key(""))}
+	if str, ok := v.(string); ok {
+		e.Record, e.Err = Decode(key, str)
 	}
-	e.Raw = []byte(str)
-	e.Record, e.Err = Decode(key, e.Raw)
 	return e
 }

@@ -1,12 +1,15 @@
 package redislease
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
+
+	"github.com/unitlease/unitlease/policy"
 )
 
 // States of a record.
@@ -15,25 +18,35 @@ const (
 	StateReleased = "released"
 )
 
-// Record is the value of a lease key: JSON written only by this package's
-// Lua scripts, with its fields in this order.
-type Record struct {
-	// Holder is the node that acquired (and, if released, released) it.
-	Holder string `json:"holder"`
-	// Version rises by one with every successful write.
-	Version uint64 `json:"version"`
-	// Token is fresh for every acquisition; only its holder knows it, so
-	// only it can renew or release.
-	Token string `json:"token"`
-	// State is StateHeld or StateReleased.
-	State string `json:"state"`
-	// LeaseSpanMS is the holder's lease span in milliseconds, so a standby
-	// configured with a shorter one can wait the longer of the two.
+// A lease key's value is a record: JSON written only by this package's
+// Lua scripts, with its fields in this order:
+//
+//	{"holder":"node-a","version":7,"token":"<32 hex digits>","state":"held","lease_span_ms":36072}
+//
+// holder is the node that acquired (and, if released, released) it;
+// version rises by one with every successful write; token is fresh for
+// every acquisition, and only its holder knows it, so only it can renew or
+// release; state is held or released; lease_span_ms is the writer's lease
+// span, so a standby configured with a shorter one can wait the longer of
+// the two. Decode reads it into a policy.Record, the one shape a record
+// has in unitlease, with the exact bytes in Raw.
+
+// wire is a record's JSON, in the scripts' field order.
+type wire struct {
+	Holder      string `json:"holder"`
+	Version     uint64 `json:"version"`
+	Token       string `json:"token"`
+	State       string `json:"state"`
 	LeaseSpanMS uint64 `json:"lease_span_ms"`
 }
 
-// Held reports whether the record is held (not released).
-func (r Record) Held() bool { return r.State == StateHeld }
+// StateOf is a present record's state, StateHeld or StateReleased.
+func StateOf(r policy.Record) string {
+	if r.Released {
+		return StateReleased
+	}
+	return StateHeld
+}
 
 // ErrGarbage reports a value in a lease key that is not a record this
 // package wrote. It is never overwritten, except by Store.Overwrite.
@@ -42,7 +55,7 @@ var ErrGarbage = errors.New("redislease: not a lease record")
 // GarbageError says which key held what, and why it is not a record.
 type GarbageError struct {
 	Key    string
-	Value  []byte
+	Value  string
 	Reason string
 }
 
@@ -51,7 +64,7 @@ func (e *GarbageError) Error() string {
 	if len(v) > 120 {
 		v = v[:120]
 	}
-	return fmt.Sprintf("redislease: key %s: %s (value %s)", e.Key, e.Reason, strconv.Quote(string(v)))
+	return fmt.Sprintf("redislease: key %s: %s (value %s)", e.Key, e.Reason, strconv.Quote(v))
 }
 
 func (e *GarbageError) Unwrap() error { return ErrGarbage }
@@ -91,54 +104,66 @@ func validToken(t string) bool {
 	return true
 }
 
-// Decode parses a lease record strictly: every field present with the right
-// type, a version of at least 1, a known state, nothing else. key is only
-// for the error.
-func Decode(key string, raw []byte) (Record, error) {
+// Decode parses the value of a lease key strictly: every field present
+// with the right type, a version of at least 1, a known state, nothing
+// else. The record it returns keeps raw as Raw, and its Holder and Token
+// share raw's memory. On a *GarbageError it returns raw as a present
+// record with no fields, so that the value can still be shown and
+// compared. key is only for the error.
+func Decode(key, raw string) (policy.Record, error) {
 	if r, ok := decodeCanonical(raw); ok {
 		return r, nil
 	}
-	return decodeJSON(key, raw)
+	w, err := decodeJSON(key, raw)
+	if err != nil {
+		return policy.Record{Present: true, Raw: raw}, err
+	}
+	return w.record(raw), nil
+}
+
+func (w wire) record(raw string) policy.Record {
+	return policy.Record{Present: true, Raw: raw, Holder: w.Holder, Token: w.Token, Version: w.Version,
+		Released: w.State == StateReleased, LeaseSpan: time.Duration(w.LeaseSpanMS) * time.Millisecond}
 }
 
 // decodeCanonical reads a valid record written exactly as Encode (and the
 // scripts) write it, the common case, without the JSON decoder. Anything
 // else, valid or not, is left to decodeJSON.
-func decodeCanonical(raw []byte) (Record, bool) {
-	var r Record
+func decodeCanonical(raw string) (policy.Record, bool) {
+	var w wire
 	rest, ok := raw, true
 	field := func(prefix string, until byte) string {
 		if !ok {
 			return ""
 		}
-		if rest, ok = bytes.CutPrefix(rest, []byte(prefix)); !ok {
+		if rest, ok = strings.CutPrefix(rest, prefix); !ok {
 			return ""
 		}
-		i := bytes.IndexByte(rest, until)
+		i := strings.IndexByte(rest, until)
 		if i < 0 {
 			ok = false
 			return ""
 		}
-		v := string(rest[:i])
+		v := rest[:i]
 		rest = rest[i:]
 		return v
 	}
-	r.Holder = field(`{"holder":"`, '"')
+	w.Holder = field(`{"holder":"`, '"')
 	version := field(`","version":`, ',')
-	r.Token = field(`,"token":"`, '"')
-	r.State = field(`","state":"`, '"')
+	w.Token = field(`,"token":"`, '"')
+	w.State = field(`","state":"`, '"')
 	span := field(`","lease_span_ms":`, '}')
-	if !ok || string(rest) != "}" || !canonicalUint(version) || !canonicalUint(span) {
-		return Record{}, false
+	if !ok || rest != "}" || !canonicalUint(version) || !canonicalUint(span) {
+		return policy.Record{}, false
 	}
 	var err1, err2 error
-	r.Version, err1 = strconv.ParseUint(version, 10, 53)
-	r.LeaseSpanMS, err2 = strconv.ParseUint(span, 10, 53)
-	if err1 != nil || err2 != nil || r.Version == 0 || ValidNode(r.Holder) != nil || !validToken(r.Token) ||
-		r.State != StateHeld && r.State != StateReleased {
-		return Record{}, false
+	w.Version, err1 = strconv.ParseUint(version, 10, 53)
+	w.LeaseSpanMS, err2 = strconv.ParseUint(span, 10, 53)
+	if err1 != nil || err2 != nil || w.Version == 0 || ValidNode(w.Holder) != nil || !validToken(w.Token) ||
+		w.State != StateHeld && w.State != StateReleased {
+		return policy.Record{}, false
 	}
-	return r, true
+	return w.record(raw), true
 }
 
 // canonicalUint reports whether s is digits as JSON writes an unsigned
@@ -157,17 +182,17 @@ func canonicalUint(s string) bool {
 
 // decodeJSON is Decode for any JSON text: strict about fields, types and
 // ranges, and the one that says what is wrong.
-func decodeJSON(key string, raw []byte) (Record, error) {
-	bad := func(format string, args ...any) (Record, error) {
-		return Record{}, &GarbageError{Key: key, Value: raw, Reason: fmt.Sprintf(format, args...)}
+func decodeJSON(key, raw string) (wire, error) {
+	bad := func(format string, args ...any) (wire, error) {
+		return wire{}, &GarbageError{Key: key, Value: raw, Reason: fmt.Sprintf(format, args...)}
 	}
 	if len(raw) > maxRecordLen {
 		return bad("%d bytes, more than a record's %d", len(raw), maxRecordLen)
 	}
-	if !utf8.Valid(raw) {
+	if !utf8.ValidString(raw) {
 		return bad("not UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var f struct {
 		Holder      *string         `json:"holder"`
@@ -185,7 +210,7 @@ func decodeJSON(key string, raw []byte) (Record, error) {
 	if f.Holder == nil || f.Version == nil || f.Token == nil || f.State == nil || f.LeaseSpanMS == nil {
 		return bad("a field is missing (want holder, version, token, state, lease_span_ms)")
 	}
-	r := Record{Holder: *f.Holder, Token: *f.Token, State: *f.State}
+	r := wire{Holder: *f.Holder, Token: *f.Token, State: *f.State}
 	var err error
 	// Parsing the raw JSON text refuses strings, fractions, exponents and
 	// signs alike.
@@ -206,9 +231,10 @@ func decodeJSON(key string, raw []byte) (Record, error) {
 	return r, nil
 }
 
-// Encode writes r as the scripts do. Tests and the operator's overwrite use
-// it; the scripts build the same bytes in Lua.
-func Encode(r Record) []byte {
-	b, _ := json.Marshal(r)
-	return b
+// Encode writes r's fields (not its Raw) as the scripts write a record.
+// Tests use it; the scripts build the same bytes in Lua.
+func Encode(r policy.Record) string {
+	b, _ := json.Marshal(wire{Holder: r.Holder, Version: r.Version, Token: r.Token, State: StateOf(r),
+		LeaseSpanMS: uint64(r.LeaseSpan / time.Millisecond)})
+	return string(b)
 }

@@ -2,14 +2,19 @@ package redislease
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/unitlease/unitlease/policy"
 )
 
 const goodToken = "0123456789abcdef0123456789abcdef"
 
 func TestDecodeTable(t *testing.T) {
-	good := Record{Holder: "node-a", Version: 7, Token: goodToken, State: StateHeld, LeaseSpanMS: 37000}
-	if r, err := Decode("k", Encode(good)); err != nil || r != good {
+	good := policy.Record{Present: true, Holder: "node-a", Version: 7, Token: goodToken, LeaseSpan: 37 * time.Second}
+	good.Raw = Encode(good)
+	if r, err := Decode("k", good.Raw); err != nil || r != good {
 		t.Fatalf("round trip: %+v %v", r, err)
 	}
 	for _, bad := range []string{
@@ -25,10 +30,10 @@ func TestDecodeTable(t *testing.T) {
 		`{"holder":"node-a","version":7,"token":"` + goodToken + `","state":"held","lease_span_ms":1} {}`,
 		`{"holder":7,"version":7,"token":"` + goodToken + `","state":"held","lease_span_ms":1}`,
 	} {
-		_, err := Decode("unitlease:lease:x", []byte(bad))
+		r, err := Decode("unitlease:lease:x", bad)
 		var g *GarbageError
-		if !errors.As(err, &g) || g.Key != "unitlease:lease:x" {
-			t.Errorf("Decode(%s) = %v, want a GarbageError naming the key", bad, err)
+		if !errors.As(err, &g) || g.Key != "unitlease:lease:x" || r != (policy.Record{Present: true, Raw: bad}) {
+			t.Errorf("Decode(%s) = %+v, %v, want a GarbageError naming the key and the value alone", bad, r, err)
 		}
 	}
 }
@@ -36,16 +41,17 @@ func TestDecodeTable(t *testing.T) {
 // FuzzDecode: Decode never panics, and whatever it accepts re-encodes to a
 // record it decodes identically. The seed corpus is in testdata/fuzz.
 func FuzzDecode(f *testing.F) {
-	f.Add(Encode(Record{Holder: "node-a", Version: 1, Token: goodToken, State: StateHeld, LeaseSpanMS: 36000}))
-	f.Add(Encode(Record{Holder: "n.b_c-d", Version: 1 << 52, Token: goodToken, State: StateReleased}))
+	f.Add([]byte(Encode(policy.Record{Holder: "node-a", Version: 1, Token: goodToken, LeaseSpan: 36 * time.Second})))
+	f.Add([]byte(Encode(policy.Record{Holder: "n.b_c-d", Version: 1 << 52, Token: goodToken, Released: true})))
 	f.Add([]byte(`{"holder":"node-a","version":"1","token":"` + goodToken + `","state":"held","lease_span_ms":1}`))
-	f.Fuzz(func(t *testing.T, raw []byte) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		raw := string(b)
 		r, err := Decode("k", raw)
 		// The fast path accepts only what the JSON decoder accepts, and
 		// reads the same record.
 		if fast, ok := decodeCanonical(raw); ok {
 			slow, err := decodeJSON("k", raw)
-			if err != nil || slow != fast {
+			if err != nil || slow.record(raw) != fast {
 				t.Fatalf("canonical %+v, JSON %+v, %v", fast, slow, err)
 			}
 		}
@@ -56,18 +62,19 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		again, err := Decode("k", Encode(r))
-		if err != nil || again != r {
+		if err != nil || again.Raw != Encode(r) || !sameFields(again, r) {
 			t.Fatalf("re-encoded %+v decodes as %+v, %v", r, again, err)
 		}
 	})
 }
 
 func TestDecodeCanonicalReadsWhatEncodeWrites(t *testing.T) {
-	for _, r := range []Record{
-		{Holder: "node-a", Version: 1, Token: goodToken, State: StateHeld, LeaseSpanMS: 36072},
-		{Holder: "n.b_c-d", Version: 1 << 52, Token: goodToken, State: StateReleased},
+	for _, r := range []policy.Record{
+		{Present: true, Holder: "node-a", Version: 1, Token: goodToken, LeaseSpan: 36072 * time.Millisecond},
+		{Present: true, Holder: "n.b_c-d", Version: 1 << 52, Token: goodToken, Released: true},
 	} {
-		if got, ok := decodeCanonical(Encode(r)); !ok || got != r {
+		r.Raw = Encode(r)
+		if got, ok := decodeCanonical(r.Raw); !ok || got != r {
 			t.Errorf("%s: read %+v, %t", Encode(r), got, ok)
 		}
 	}
@@ -77,8 +84,23 @@ func TestDecodeCanonicalReadsWhatEncodeWrites(t *testing.T) {
 		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1,"x":1}`,
 		`{"holder":"node a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1}`,
 	} {
-		if r, ok := decodeCanonical([]byte(raw)); ok {
+		if r, ok := decodeCanonical(raw); ok {
 			t.Errorf("%s: read as %+v", raw, r)
 		}
+	}
+}
+
+// sameFields reports whether two records say the same, whatever their bytes.
+func sameFields(a, b policy.Record) bool {
+	a.Raw, b.Raw = "", ""
+	return a == b
+}
+
+// TestDecodeCarriesTheWritersSpan: the policy reads the writer's lease
+// span from the record, which the standby waits out if it is the longer.
+func TestDecodeCarriesTheWritersSpan(t *testing.T) {
+	raw := `{"holder":"b","version":3,"token":"` + strings.Repeat("b", 32) + `","state":"held","lease_span_ms":60000}`
+	if got, err := Decode("k", raw); err != nil || got.LeaseSpan != time.Minute || got.Holder != "b" || got.Version != 3 || got.Raw != raw {
+		t.Fatalf("Decode = %+v, %v; want holder b at version 3 with a lease span of 1m and the bytes as read", got, err)
 	}
 }

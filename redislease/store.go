@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/unitlease/unitlease/policy"
 )
 
 // Definitive answers, and the lack of one.
@@ -27,54 +29,32 @@ var (
 	ErrUnknown = errors.New("redislease: outcome unknown")
 )
 
-// LostError says who holds the lease now.
+// LostError says who holds the lease now: Current, as Redis returned it.
 type LostError struct {
 	Key     string
-	Current Record
+	Current policy.Record
 }
 
 func (e *LostError) Error() string {
-	return fmt.Sprintf("redislease: key %s is %s by %s at version %d", e.Key, e.Current.State, e.Current.Holder, e.Current.Version)
+	return fmt.Sprintf("redislease: key %s is %s by %s at version %d", e.Key, StateOf(e.Current), e.Current.Holder, e.Current.Version)
 }
 
 func (e *LostError) Unwrap() error { return ErrLost }
 
-// ConflictError carries what the key holds now.
+// ConflictError carries what the key holds now (not Present: missing).
 type ConflictError struct {
 	Key     string
-	Current Observation
+	Current policy.Record
 }
 
 func (e *ConflictError) Error() string {
-	if e.Current.Absent {
+	if !e.Current.Present {
 		return fmt.Sprintf("redislease: key %s changed since observed: now missing", e.Key)
 	}
-	return fmt.Sprintf("redislease: key %s changed since observed: now version %d held by %s", e.Key, e.Current.Record.Version, e.Current.Record.Holder)
+	return fmt.Sprintf("redislease: key %s changed since observed: now version %d held by %s", e.Key, e.Current.Version, e.Current.Holder)
 }
 
 func (e *ConflictError) Unwrap() error { return ErrConflict }
-
-// Observation is what a GET of a lease key returned: the exact bytes, or
-// absence. Two observations are the same state iff Same says so.
-type Observation struct {
-	Name   string
-	Absent bool
-	Raw    []byte
-	// Record is Raw decoded; zero when absent or garbage.
-	Record Record
-}
-
-// Same reports whether two observations saw the same value, byte for byte.
-func (o Observation) Same(p Observation) bool {
-	return o.Absent == p.Absent && string(o.Raw) == string(p.Raw)
-}
-
-// Lease is a lease this node holds: the record it last wrote.
-type Lease struct {
-	Name   string
-	Record Record
-	Raw    []byte // the record's bytes as Redis returned them; nil if not read back
-}
 
 // Store is the lease store on one Redis. It is safe for concurrent use.
 type Store struct {
@@ -136,43 +116,43 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, s.replyMax)
 }
 
-// Observe reads a lease key. A value that is not a record, or whose version
-// is below one this store has seen, is returned with a *GarbageError: the
-// caller must not acquire over it.
-func (s *Store) Observe(ctx context.Context, name string) (Observation, error) {
+// Observe reads a lease key: policy.Absent when it is missing, else the
+// record decoded once, with its exact bytes. A value that is not a record,
+// or whose version is below one this store has seen, comes with a
+// *GarbageError (and as a present record with Raw alone): the caller must
+// not acquire over it.
+func (s *Store) Observe(ctx context.Context, name string) (policy.Record, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.Get(ctx, s.Key(name)) })
-	var raw []byte
+	var raw string
 	if err == nil {
-		raw, err = cmd.(*redis.StringCmd).Bytes()
+		raw, err = cmd.(*redis.StringCmd).Result()
 	}
 	if errors.Is(err, redis.Nil) {
-		return Observation{Name: name, Absent: true}, nil
+		return policy.Absent, nil
 	}
 	if err != nil {
-		return Observation{}, fmt.Errorf("redislease: observe %s: %w", s.Key(name), err)
+		return policy.Record{}, fmt.Errorf("redislease: observe %s: %w", s.Key(name), err)
 	}
 	return s.observed(name, raw)
 }
 
 // observed decodes a value read from the lease's key and checks it against
 // the versions seen before.
-func (s *Store) observed(name string, raw []byte) (Observation, error) {
-	o := Observation{Name: name, Raw: raw}
+func (s *Store) observed(name, raw string) (policy.Record, error) {
 	rec, err := Decode(s.Key(name), raw)
 	if err != nil {
-		return o, err
+		return rec, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if floor := s.floor[name]; rec.Version < floor {
-		return o, &GarbageError{Key: s.Key(name), Value: raw,
+		return policy.Record{Present: true, Raw: raw}, &GarbageError{Key: s.Key(name), Value: raw,
 			Reason: fmt.Sprintf("version %d went backwards (this node has seen %d)", rec.Version, floor)}
 	}
 	s.floor[name] = rec.Version
-	o.Record = rec
-	return o, nil
+	return rec, nil
 }
 
 func (s *Store) floorOf(name string) uint64 {
@@ -181,97 +161,87 @@ func (s *Store) floorOf(name string) uint64 {
 	return s.floor[name]
 }
 
-// Acquire compare-and-sets the key from exactly what seen observed (or from
-// absence) to a new record held by this node with a fresh token. It never
-// writes over garbage. On ErrUnknown the caller must observe again and must
-// not act as holder.
-func (s *Store) Acquire(ctx context.Context, seen Observation) (Lease, error) {
-	name := seen.Name
-	if !seen.Absent {
-		if _, err := Decode(s.Key(name), seen.Raw); err != nil {
-			return Lease{}, err
-		}
+// Acquire compare-and-sets the key from exactly the value seen (a record
+// Observe returned, or policy.Absent) to a new record held by this node
+// with a fresh token, and returns that record. It never writes over
+// garbage: the script refuses a value it cannot read, and a seen value
+// that Observe could not decode is refused here. On ErrUnknown the caller
+// must observe again and must not act as holder.
+func (s *Store) Acquire(ctx context.Context, name string, seen policy.Record) (policy.Record, error) {
+	if seen.Present && seen.Version == 0 {
+		return policy.Record{}, &GarbageError{Key: s.Key(name), Value: seen.Raw, Reason: "not a record Observe returned"}
 	}
 	token, err := newToken()
 	if err != nil {
-		return Lease{}, err
+		return policy.Record{}, err
 	}
 	reply, err := s.run(ctx, acquireScript, name,
-		string(seen.Raw), flag(seen.Absent), s.node, token, s.floorOf(name),
+		seen.Raw, flag(!seen.Present), s.node, token, s.floorOf(name),
 		s.TTL().Milliseconds(), s.Channel(name), s.leaseSpan.Milliseconds())
 	if err != nil {
-		return Lease{}, err
+		return policy.Record{}, err
 	}
-	return s.lease(name, reply)
+	return s.reply(name, reply)
 }
 
-// Renew extends a lease this node holds. It returns the lease at its new
-// version, or a *LostError (definitive), ErrMissing, a *GarbageError, or
-// ErrUnknown.
-func (s *Store) Renew(ctx context.Context, l Lease) (Lease, error) {
+// Renew extends the lease this node holds as held and returns the record
+// at its new version, or a *LostError (definitive), ErrMissing, a
+// *GarbageError, or ErrUnknown. A record that extends held (policy's
+// Record.Extends: an earlier renewal whose reply never came did commit) is
+// still this node's: it renews from there.
+func (s *Store) Renew(ctx context.Context, name string, held policy.Record) (policy.Record, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	next, err := s.renew(ctx, l)
+	next, err := s.renew(ctx, name, held)
 	var lost *LostError
-	if errors.As(err, &lost) && s.ours(l, lost.Current) {
-		// An earlier renewal whose reply never came did commit: the key
-		// is still ours, one or more versions on. Renew from there.
-		next, err = s.renew(ctx, Lease{Name: l.Name, Record: lost.Current})
+	if errors.As(err, &lost) && lost.Current.Extends(held) {
+		next, err = s.renew(ctx, name, lost.Current)
 	}
 	return next, err
 }
 
-func (s *Store) renew(ctx context.Context, l Lease) (Lease, error) {
-	r := l.Record
-	reply, err := s.run(ctx, renewScript, l.Name,
+func (s *Store) renew(ctx context.Context, name string, r policy.Record) (policy.Record, error) {
+	reply, err := s.run(ctx, renewScript, name,
 		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds())
 	if err != nil {
-		return Lease{}, err
+		return policy.Record{}, err
 	}
-	return s.lease(l.Name, reply)
+	return s.reply(name, reply)
 }
 
-// ours reports whether cur is a later version of our own held record.
-func (s *Store) ours(l Lease, cur Record) bool {
-	return cur.Held() && cur.Holder == l.Record.Holder && cur.Token == l.Record.Token && cur.Version > l.Record.Version
-}
-
-// Release writes a released record over this node's held one and publishes
-// it. Call it only once the unit is confirmed inactive (rule 3).
-func (s *Store) Release(ctx context.Context, l Lease) (Record, error) {
-	r := l.Record
-	reply, err := s.run(ctx, releaseScript, l.Name,
-		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), s.Channel(l.Name))
+// Release writes a released record over this node's held one, publishes
+// it and returns it. Call it only once the unit is confirmed inactive
+// (rule 3).
+func (s *Store) Release(ctx context.Context, name string, held policy.Record) (policy.Record, error) {
+	r := held
+	reply, err := s.run(ctx, releaseScript, name,
+		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), s.Channel(name))
 	if err != nil {
-		return Record{}, err
+		return policy.Record{}, err
 	}
-	next, err := s.lease(l.Name, reply)
-	return next.Record, err
+	return s.reply(name, reply)
 }
 
-// Overwrite replaces exactly what seen observed, garbage included, with a
-// released record held by this node. It is for an operator who has looked
-// at the value; the daemon never calls it.
-func (s *Store) Overwrite(ctx context.Context, seen Observation) (Record, error) {
+// Overwrite replaces exactly the value seen (as Observe returned it,
+// garbage included, or policy.Absent) with a released record held by this
+// node. It is for an operator who has looked at the value; the daemon
+// never calls it.
+func (s *Store) Overwrite(ctx context.Context, name string, seen policy.Record) (policy.Record, error) {
 	token, err := newToken()
 	if err != nil {
-		return Record{}, err
+		return policy.Record{}, err
 	}
-	version := s.floorOf(seen.Name) + 1
-	if rec, err := Decode(s.Key(seen.Name), seen.Raw); err == nil {
-		version = max(version, rec.Version+1)
-	}
-	reply, err := s.run(ctx, overwriteScript, seen.Name,
-		string(seen.Raw), flag(seen.Absent), s.node, token, version,
-		s.TTL().Milliseconds(), s.Channel(seen.Name))
+	version := max(s.floorOf(name), seen.Version) + 1
+	reply, err := s.run(ctx, overwriteScript, name,
+		seen.Raw, flag(!seen.Present), s.node, token, version,
+		s.TTL().Milliseconds(), s.Channel(name))
 	if err != nil {
-		return Record{}, err
+		return policy.Record{}, err
 	}
 	s.mu.Lock()
-	delete(s.floor, seen.Name) // the operator's word resets what this node knew
+	delete(s.floor, name) // the operator's word resets what this node knew
 	s.mu.Unlock()
-	l, err := s.lease(seen.Name, reply)
-	return l.Record, err
+	return s.reply(name, reply)
 }
 
 // run executes a script on a lease key within reply_max, in a pipeline
@@ -296,41 +266,40 @@ func (s *Store) run(ctx context.Context, script *redis.Script, name string, args
 	return v, nil
 }
 
-// lease interprets a script's reply.
-func (s *Store) lease(name string, reply []any) (Lease, error) {
+// reply interprets a script's reply: the record written, or the error
+// that says what the key holds instead. Each value in it is decoded once.
+func (s *Store) reply(name string, reply []any) (policy.Record, error) {
 	key := s.Key(name)
 	status, _ := reply[0].(string)
-	var raw []byte
+	var raw string
 	if len(reply) > 1 {
-		str, _ := reply[1].(string)
-		raw = []byte(str)
+		raw, _ = reply[1].(string)
 	}
 	switch status {
 	case "ok":
-		o, err := s.observed(name, raw)
-		return Lease{Name: name, Record: o.Record, Raw: raw}, err
+		return s.observed(name, raw)
 	case "missing":
-		return Lease{}, fmt.Errorf("%w: %s", ErrMissing, key)
+		return policy.Record{}, fmt.Errorf("%w: %s", ErrMissing, key)
 	case "garbage":
 		_, err := Decode(key, raw)
 		if err == nil {
 			err = &GarbageError{Key: key, Value: raw, Reason: "the script could not read it"}
 		}
-		return Lease{}, err
+		return policy.Record{}, err
 	case "conflict":
-		cur := Observation{Name: name, Absent: len(reply) == 1}
-		if !cur.Absent {
+		cur := policy.Absent
+		if len(reply) > 1 {
 			cur, _ = s.observed(name, raw)
 		}
-		return Lease{}, &ConflictError{Key: key, Current: cur}
+		return policy.Record{}, &ConflictError{Key: key, Current: cur}
 	case "lost":
-		o, err := s.observed(name, raw)
+		cur, err := s.observed(name, raw)
 		if err != nil {
-			return Lease{}, err
+			return policy.Record{}, err
 		}
-		return Lease{}, &LostError{Key: key, Current: o.Record}
+		return policy.Record{}, &LostError{Key: key, Current: cur}
 	}
-	return Lease{}, fmt.Errorf("%w: %s: unexpected script reply %q", ErrUnknown, key, reply)
+	return policy.Record{}, fmt.Errorf("%w: %s: unexpected script reply %q", ErrUnknown, key, reply)
 }
 
 func flag(b bool) string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/unitlease/unitlease/internal/redistest"
+	"github.com/unitlease/unitlease/policy"
 )
 
 var bg = context.Background()
@@ -30,7 +31,7 @@ func newStore(t testing.TB, srv *redistest.Server, node string, mod ...func(*Con
 	return s
 }
 
-func mustObserve(t testing.TB, s *Store, name string) Observation {
+func mustObserve(t testing.TB, s *Store, name string) policy.Record {
 	t.Helper()
 	o, err := s.Observe(bg, name)
 	if err != nil {
@@ -39,9 +40,9 @@ func mustObserve(t testing.TB, s *Store, name string) Observation {
 	return o
 }
 
-func mustAcquire(t testing.TB, s *Store, name string) Lease {
+func mustAcquire(t testing.TB, s *Store, name string) policy.Record {
 	t.Helper()
-	l, err := s.Acquire(bg, mustObserve(t, s, name))
+	l, err := s.Acquire(bg, name, mustObserve(t, s, name))
 	if err != nil {
 		t.Fatalf("acquire %s: %v", name, err)
 	}
@@ -53,18 +54,18 @@ func TestAcquireRenewRelease(t *testing.T) {
 	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
 
 	seen := mustObserve(t, a, "vpn")
-	if !seen.Absent {
+	if seen.Present {
 		t.Fatalf("fresh key observed as %q", seen.Raw)
 	}
-	l, err := a.Acquire(bg, seen)
+	l, err := a.Acquire(bg, "vpn", seen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Record.Holder != "node-a" || l.Record.Version != 1 || !l.Record.Held() || l.Record.LeaseSpanMS != 37000 {
-		t.Fatalf("acquired %+v", l.Record)
+	if l.Holder != "node-a" || l.Version != 1 || l.Released || l.LeaseSpan != 37*time.Second {
+		t.Fatalf("acquired %+v", l)
 	}
-	if got := srv.Command("GET", "unitlease:lease:vpn"); got != string(Encode(l.Record)) {
-		t.Fatalf("stored %s, Encode gives %s", got, Encode(l.Record))
+	if got := srv.Command("GET", "unitlease:lease:vpn"); got != Encode(l) || got != l.Raw {
+		t.Fatalf("stored %s, Encode gives %s, the record read back %s", got, Encode(l), l.Raw)
 	}
 	if ttl := srv.Command("PTTL", "unitlease:lease:vpn"); ttl < "8" || len(ttl) != 8 {
 		t.Fatalf("PTTL %s, want about a day (86400000 ms)", ttl)
@@ -72,37 +73,37 @@ func TestAcquireRenewRelease(t *testing.T) {
 
 	// A second acquire from the same observation loses the compare-and-set.
 	var conflict *ConflictError
-	if _, err := b.Acquire(bg, seen); !errors.As(err, &conflict) || conflict.Current.Record != l.Record {
+	if _, err := b.Acquire(bg, "vpn", seen); !errors.As(err, &conflict) || conflict.Current != l {
 		t.Fatalf("acquire over a stale absence: %v", err)
 	}
 
-	l2, err := a.Renew(bg, l)
-	if err != nil || l2.Record.Version != 2 || l2.Record.Token != l.Record.Token {
+	l2, err := a.Renew(bg, "vpn", l)
+	if err != nil || l2.Version != 2 || l2.Token != l.Token {
 		t.Fatalf("renew: %+v %v", l2, err)
 	}
 	// Renewing the old version again is a loss: the version moved on.
 	var lost *LostError
-	if _, err := a.renew(bg, l); !errors.As(err, &lost) || lost.Current.Version != 2 {
+	if _, err := a.renew(bg, "vpn", l); !errors.As(err, &lost) || lost.Current.Version != 2 {
 		t.Fatalf("renew of a stale version: %v", err)
 	}
 
-	rel, err := a.Release(bg, l2)
-	if err != nil || rel.State != StateReleased || rel.Version != 3 || rel.Holder != "node-a" {
+	rel, err := a.Release(bg, "vpn", l2)
+	if err != nil || !rel.Released || rel.Version != 3 || rel.Holder != "node-a" {
 		t.Fatalf("release: %+v %v", rel, err)
 	}
-	if _, err := a.Renew(bg, l2); !errors.As(err, &lost) {
+	if _, err := a.Renew(bg, "vpn", l2); !errors.As(err, &lost) {
 		t.Fatalf("renew after release: %v", err)
 	}
-	if _, err := a.Release(bg, l2); !errors.Is(err, ErrLost) {
+	if _, err := a.Release(bg, "vpn", l2); !errors.Is(err, ErrLost) {
 		t.Fatalf("second release: %v", err)
 	}
 
 	// A standby acquires over a released record at once.
-	lb, err := b.Acquire(bg, mustObserve(t, b, "vpn"))
-	if err != nil || lb.Record.Holder != "node-b" || lb.Record.Version != 4 {
+	lb, err := b.Acquire(bg, "vpn", mustObserve(t, b, "vpn"))
+	if err != nil || lb.Holder != "node-b" || lb.Version != 4 {
 		t.Fatalf("acquire over released: %+v %v", lb, err)
 	}
-	if lb.Record.Token == l.Record.Token {
+	if lb.Token == l.Token {
 		t.Fatal("token reused")
 	}
 }
@@ -114,9 +115,9 @@ func TestRenewAfterAnotherAcquired(t *testing.T) {
 	// Say the key was lost and b took it over properly.
 	srv.Command("DEL", "unitlease:lease:db")
 	lb := mustAcquire(t, b, "db")
-	_, err := a.Renew(bg, la)
+	_, err := a.Renew(bg, "db", la)
 	var lost *LostError
-	if !errors.As(err, &lost) || lost.Current.Holder != "node-b" || lost.Current.Version != lb.Record.Version {
+	if !errors.As(err, &lost) || lost.Current.Holder != "node-b" || lost.Current.Version != lb.Version {
 		t.Fatalf("renew after b acquired: %v", err)
 	}
 	if !strings.Contains(err.Error(), "held by node-b at version") {
@@ -130,11 +131,11 @@ func TestRenewAfterUnansweredCommit(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	a := newStore(t, srv, "node-a")
 	l := mustAcquire(t, a, "db")
-	if _, err := a.Renew(bg, l); err != nil { // its reply "never arrived"
+	if _, err := a.Renew(bg, "db", l); err != nil { // its reply "never arrived"
 		t.Fatal(err)
 	}
-	next, err := a.Renew(bg, l)
-	if err != nil || next.Record.Version != 3 {
+	next, err := a.Renew(bg, "db", l)
+	if err != nil || next.Version != 3 {
 		t.Fatalf("renew from a version behind our own commit: %+v %v", next, err)
 	}
 }
@@ -144,36 +145,36 @@ func TestRenewMissingAndRestartWithoutPersistence(t *testing.T) {
 	a := newStore(t, srv, "node-a")
 	l := mustAcquire(t, a, "vpn")
 	srv.Restart()
-	if _, err := a.Renew(bg, l); !errors.Is(err, ErrMissing) {
+	if _, err := a.Renew(bg, "vpn", l); !errors.Is(err, ErrMissing) {
 		t.Fatalf("renew after a restart without persistence: %v", err)
 	}
-	if _, err := a.Release(bg, l); !errors.Is(err, ErrMissing) {
+	if _, err := a.Release(bg, "vpn", l); !errors.Is(err, ErrMissing) {
 		t.Fatalf("release of a missing key: %v", err)
 	}
-	if o := mustObserve(t, a, "vpn"); !o.Absent {
+	if o := mustObserve(t, a, "vpn"); o.Present {
 		t.Fatalf("observed %q", o.Raw)
 	}
 	// Acquiring again continues above every version this node has seen,
 	// so nobody sees the version go backwards.
 	b := mustAcquire(t, a, "vpn")
-	if b.Record.Version != 2 {
-		t.Fatalf("version after data loss: %d, want 2", b.Record.Version)
+	if b.Version != 2 {
+		t.Fatalf("version after data loss: %d, want 2", b.Version)
 	}
 }
 
 func TestRestartWithAppendOnly(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
 	a := newStore(t, srv, "node-a")
-	l, err := a.Renew(bg, mustAcquire(t, a, "vpn"))
+	l, err := a.Renew(bg, "vpn", mustAcquire(t, a, "vpn"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.Restart() // SIGKILL: only the fsynced AOF survives
 	o := mustObserve(t, a, "vpn")
-	if o.Record != l.Record {
-		t.Fatalf("after restart: %+v, want %+v", o.Record, l.Record)
+	if o != l {
+		t.Fatalf("after restart: %+v, want %+v", o, l)
 	}
-	if _, err := a.Renew(bg, l); err != nil {
+	if _, err := a.Renew(bg, "vpn", l); err != nil {
 		t.Fatalf("renew after restart: %v", err)
 	}
 	if d := a.Durability(bg); d.CanLoseAcked {
@@ -210,7 +211,7 @@ func TestGarbageIsReportedNotOverwritten(t *testing.T) {
 		if !errors.As(err, &g) || g.Key != "unitlease:lease:junk" || !strings.Contains(err.Error(), "unitlease:lease:junk") {
 			t.Fatalf("observe %q: %v", junk, err)
 		}
-		if _, err := a.Acquire(bg, o); !errors.Is(err, ErrGarbage) {
+		if _, err := a.Acquire(bg, "junk", o); !errors.Is(err, ErrGarbage) {
 			t.Fatalf("acquire over %q: %v", junk, err)
 		}
 		// Even a caller that skips the check is stopped by the script.
@@ -221,11 +222,11 @@ func TestGarbageIsReportedNotOverwritten(t *testing.T) {
 		}
 	}
 	o, _ := a.Observe(bg, "junk")
-	rec, err := a.Overwrite(bg, o)
-	if err != nil || rec.State != StateReleased {
+	rec, err := a.Overwrite(bg, "junk", o)
+	if err != nil || !rec.Released {
 		t.Fatalf("operator overwrite: %+v %v", rec, err)
 	}
-	if _, err := a.Acquire(bg, mustObserve(t, a, "junk")); err != nil {
+	if _, err := a.Acquire(bg, "junk", mustObserve(t, a, "junk")); err != nil {
 		t.Fatalf("acquire after overwrite: %v", err)
 	}
 }
@@ -235,11 +236,11 @@ func TestVersionGoingBackwardsIsGarbage(t *testing.T) {
 	a := newStore(t, srv, "node-a")
 	l := mustAcquire(t, a, "vpn")
 	for range 3 {
-		l, _ = a.Renew(bg, l)
+		l, _ = a.Renew(bg, "vpn", l)
 	}
-	old := l.Record
+	old := l
 	old.Version = 2
-	srv.Command("SET", "unitlease:lease:vpn", string(Encode(old)))
+	srv.Command("SET", "unitlease:lease:vpn", Encode(old))
 	_, err := a.Observe(bg, "vpn")
 	if !errors.Is(err, ErrGarbage) || !strings.Contains(err.Error(), "version 2 went backwards (this node has seen 4)") {
 		t.Fatalf("observe an older version: %v", err)
@@ -256,10 +257,10 @@ func TestRacingAcquireOneWinner(t *testing.T) {
 	for round := range rounds {
 		var wg sync.WaitGroup
 		results := make([]error, 2)
-		won := make([]Lease, 2)
-		seen := []Observation{mustObserve(t, stores[0], "race"), mustObserve(t, stores[1], "race")}
+		won := make([]policy.Record, 2)
+		seen := []policy.Record{mustObserve(t, stores[0], "race"), mustObserve(t, stores[1], "race")}
 		for i, s := range stores {
-			wg.Go(func() { won[i], results[i] = s.Acquire(bg, seen[i]) })
+			wg.Go(func() { won[i], results[i] = s.Acquire(bg, "race", seen[i]) })
 		}
 		wg.Wait()
 		winners := 0
@@ -267,7 +268,7 @@ func TestRacingAcquireOneWinner(t *testing.T) {
 			switch {
 			case err == nil:
 				winners++
-				version = won[i].Record.Version
+				version = won[i].Version
 			case !errors.Is(err, ErrConflict):
 				t.Fatalf("round %d: %v", round, err)
 			}
@@ -304,11 +305,11 @@ func TestPasswordFileAndACL(t *testing.T) {
 	}
 	l := mustAcquire(t, a, "vpn")
 	waitWake(t, wakes, Wake{Lease: "vpn"})
-	l, err = a.Renew(bg, l)
+	l, err = a.Renew(bg, "vpn", l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Release(bg, l); err != nil {
+	if _, err := a.Release(bg, "vpn", l); err != nil {
 		t.Fatal(err)
 	}
 	mustAcquire(t, b, "vpn")
@@ -373,7 +374,7 @@ func TestWakeupsAfterRedisRestart(t *testing.T) {
 	}
 	l := mustAcquire(t, a, "vpn")
 	waitWake(t, wakes, Wake{Lease: "vpn"})
-	if _, err := a.Release(bg, l); err != nil {
+	if _, err := a.Release(bg, "vpn", l); err != nil {
 		t.Fatal(err)
 	}
 	waitWake(t, wakes, Wake{Lease: "vpn"})

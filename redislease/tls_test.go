@@ -97,7 +97,7 @@ func TestTLS(t *testing.T) {
 	}
 	a := newStore(t, srv, "node-a", withTLS(p.CA, p.Client, p.ClientKey))
 	l := mustAcquire(t, a, "vpn")
-	if _, err := a.Renew(bg, l); err != nil {
+	if _, err := a.Renew(bg, "vpn", l); err != nil {
 		t.Fatalf("renew over TLS: %v", err)
 	}
 	if err := newStore(t, srv, "node-b", withTLS(p.CA, "", "")).Ping(bg); err == nil {

@@ -169,18 +169,18 @@ func resetGarbage(cfg *config.Config, lease string, out io.Writer) error {
 	defer store.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	o, err := store.Observe(ctx, lease)
+	seen, err := store.Observe(ctx, lease)
 	if !errors.Is(err, redislease.ErrGarbage) {
 		if err != nil {
 			return err
 		}
-		if o.Absent {
+		if !seen.Present {
 			return fmt.Errorf("lease %s: the key %s does not exist", lease, store.Key(lease))
 		}
 		return fmt.Errorf("lease %s %w", lease, errNotGarbage)
 	}
 	fmt.Fprintf(out, "replacing %v\n", err)
-	rec, err := store.Overwrite(ctx, o)
+	rec, err := store.Overwrite(ctx, lease, seen)
 	if err != nil {
 		return err
 	}

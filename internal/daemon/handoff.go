@@ -9,7 +9,6 @@ import (
 	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
-	"github.com/unitlease/unitlease/redislease"
 )
 
 // Errors of a handoff.
@@ -40,14 +39,14 @@ func (d *Daemon) Handoff(ctx context.Context, target string) (control.HandoffRes
 	limit := t.StopWait + t.PollMax + 4*t.ReplyMax + time.Second
 	wctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	var peer redislease.Record
+	var peer policy.Record
 	done := d.waitFor(wctx, func() bool {
 		if s.Status().Role == policy.StopFailed.String() {
 			return true
 		}
-		o, err := d.store.Observe(wctx, s.Lease)
-		peer = o.Record
-		return err == nil && !o.Absent && peer.Held() && peer.Holder != d.cfg.Node
+		var err error
+		peer, err = d.store.Observe(wctx, s.Lease)
+		return err == nil && peer.Present && !peer.Released && peer.Holder != d.cfg.Node
 	})
 	switch {
 	case s.Status().Role == policy.StopFailed.String():

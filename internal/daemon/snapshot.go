@@ -54,11 +54,11 @@ func ClusterView(ctx context.Context, store Lister) ([]control.ClusterRow, error
 	}
 	var rows []control.ClusterRow
 	for _, e := range entries {
-		row := control.ClusterRow{Lease: e.Name, Holder: e.Record.Holder, Version: e.Record.Version, State: e.Record.State}
+		row := control.ClusterRow{Lease: e.Name, Holder: e.Record.Holder, Version: e.Record.Version, State: redislease.StateOf(e.Record)}
 		switch {
 		case e.Err != nil:
 			row.State, row.Error = "garbage", e.Err.Error()
-		case e.Absent:
+		case !e.Record.Present:
 			row.State = "missing"
 		}
 		row.Watchers, _ = store.Watchers(ctx, e.Name)

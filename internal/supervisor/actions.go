@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
@@ -36,19 +35,19 @@ func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
 }
 
 func (s *Supervisor) observe(ctx context.Context) policy.Event {
-	o, err := s.store.Observe(ctx, s.Lease)
+	rec, err := s.store.Observe(ctx, s.Lease)
 	if err != nil {
 		s.reportGarbage(err)
 		return policy.Event{Kind: policy.ObserveFailed}
 	}
-	return policy.Event{Kind: policy.Observed, Record: toPolicy(o)}
+	return policy.Event{Kind: policy.Observed, Record: rec}
 }
 
 func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Event {
-	l, err := s.store.Acquire(ctx, fromPolicy(s.Lease, seen))
+	rec, err := s.store.Acquire(ctx, s.Lease, seen)
 	switch {
 	case err == nil:
-		return policy.Event{Kind: policy.AcquireOK, Record: recordOf(l)}
+		return policy.Event{Kind: policy.AcquireOK, Record: rec}
 	case errors.Is(err, redislease.ErrUnknown):
 		return policy.Event{Kind: policy.AcquireUnknown}
 	}
@@ -56,19 +55,19 @@ func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Eve
 }
 
 func (s *Supervisor) renew(ctx context.Context, held policy.Record) policy.Event {
-	l, err := s.store.Renew(ctx, leaseOf(s.Lease, held))
+	rec, err := s.store.Renew(ctx, s.Lease, held)
 	var lost *redislease.LostError
 	var garbage *redislease.GarbageError
 	switch {
 	case err == nil:
-		return policy.Event{Kind: policy.RenewOK, Record: recordOf(l)}
+		return policy.Event{Kind: policy.RenewOK, Record: rec}
 	case errors.As(err, &lost):
-		return policy.Event{Kind: policy.RenewLost, Record: toPolicyRecord(lost.Current, nil)}
+		return policy.Event{Kind: policy.RenewLost, Record: lost.Current}
 	case errors.Is(err, redislease.ErrMissing):
 		return policy.Event{Kind: policy.RenewMissing}
 	case errors.As(err, &garbage):
 		// Not ours any more, whatever it is: as definitive as a loss.
-		return policy.Event{Kind: policy.RenewLost, Record: policy.Record{Present: true, Raw: string(garbage.Value)}}
+		return policy.Event{Kind: policy.RenewLost, Record: policy.Record{Present: true, Raw: garbage.Value}}
 	}
 	return policy.Event{Kind: policy.RenewFailed}
 }
@@ -76,7 +75,7 @@ func (s *Supervisor) renew(ctx context.Context, held policy.Record) policy.Event
 func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Event {
 	// A release runs on its own bounded context: it must be tried even
 	// while the daemon shuts down (STYLE.md 5).
-	if _, err := s.store.Release(context.WithoutCancel(ctx), leaseOf(s.Lease, held)); err != nil {
+	if _, err := s.store.Release(context.WithoutCancel(ctx), s.Lease, held); err != nil {
 		s.logger().Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
 		return policy.Event{Kind: policy.ReleaseFailed}
 	}
@@ -144,48 +143,4 @@ func (s *Supervisor) StartedBehind(ctx context.Context, unit string) {
 	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit); err != nil {
 		s.logger().Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
 	}
-}
-
-// Conversions between the store's types and the policy's.
-
-func toPolicy(o redislease.Observation) policy.Record {
-	if o.Absent {
-		return policy.Absent
-	}
-	return toPolicyRecord(o.Record, o.Raw)
-}
-
-func toPolicyRecord(r redislease.Record, raw []byte) policy.Record {
-	if raw == nil {
-		raw = redislease.Encode(r)
-	}
-	return policy.Record{Present: true, Raw: string(raw), Holder: r.Holder, Token: r.Token, Version: r.Version, Released: !r.Held(),
-		LeaseSpan: time.Duration(r.LeaseSpanMS) * time.Millisecond}
-}
-
-// recordOf is the policy's copy of a lease this node wrote, with the bytes
-// Redis returned (the renew script compares holder, token and version,
-// never the raw bytes, so Encode's serve where there are none).
-func recordOf(l redislease.Lease) policy.Record { return toPolicyRecord(l.Record, l.Raw) }
-
-func fromPolicy(lease string, r policy.Record) redislease.Observation {
-	if !r.Present {
-		return redislease.Observation{Name: lease, Absent: true}
-	}
-	rec, _ := redislease.Decode("", []byte(r.Raw))
-	return redislease.Observation{Name: lease, Raw: []byte(r.Raw), Record: rec}
-}
-
-func leaseOf(lease string, r policy.Record) redislease.Lease {
-	return redislease.Lease{Name: lease, Record: recordFrom(r)}
-}
-
-// recordFrom rebuilds the store's record from the policy's copy, which
-// carries every field but the lease span (only standbys read that).
-func recordFrom(r policy.Record) redislease.Record {
-	state := redislease.StateHeld
-	if r.Released {
-		state = redislease.StateReleased
-	}
-	return redislease.Record{Holder: r.Holder, Version: r.Version, Token: r.Token, State: state}
 }

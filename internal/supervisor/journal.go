@@ -97,9 +97,9 @@ func (s *Supervisor) reportGarbage(err error) {
 		s.logger().Warn("observing the lease failed: "+err.Error(), "UNITLEASE_EVENT", "observe_failed")
 		return
 	}
-	if string(g.Value) == s.garbage {
+	if g.Value == s.garbage {
 		return
 	}
-	s.garbage = string(g.Value)
+	s.garbage = g.Value
 	s.logger().Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
 }

@@ -19,15 +19,20 @@ import (
 	"time"
 
 	"github.com/unitlease/unitlease/policy"
-	"github.com/unitlease/unitlease/redislease"
 )
 
-// Store is what a supervisor needs of the lease store.
+// Store is what a supervisor needs of the lease store: *redislease.Store.
+// Records travel as the policy has them, decoded once by the store and
+// with their exact bytes; errors are redislease's.
 type Store interface {
-	Observe(ctx context.Context, name string) (redislease.Observation, error)
-	Acquire(ctx context.Context, seen redislease.Observation) (redislease.Lease, error)
-	Renew(ctx context.Context, l redislease.Lease) (redislease.Lease, error)
-	Release(ctx context.Context, l redislease.Lease) (redislease.Record, error)
+	// Observe reads the lease's record (policy.Absent: missing).
+	Observe(ctx context.Context, name string) (policy.Record, error)
+	// Acquire compare-and-sets exactly seen to a record this node holds.
+	Acquire(ctx context.Context, name string, seen policy.Record) (policy.Record, error)
+	// Renew writes held at its next version.
+	Renew(ctx context.Context, name string, held policy.Record) (policy.Record, error)
+	// Release writes held as released.
+	Release(ctx context.Context, name string, held policy.Record) (policy.Record, error)
 }
 
 // Units starts and stops a lease's units.

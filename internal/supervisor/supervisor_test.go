@@ -24,85 +24,98 @@ type fakeStore struct {
 	t  *testing.T
 	mu sync.Mutex
 
-	raw          []byte // nil: missing
+	raw          string // "": missing
 	noRelease    bool
 	releases     int
 	tokenCounter int
 }
 
-func (f *fakeStore) Observe(_ context.Context, name string) (redislease.Observation, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.raw == nil {
-		return redislease.Observation{Name: name, Absent: true}, nil
+// current decodes the key's value (policy.Absent when missing).
+func (f *fakeStore) current() (policy.Record, error) {
+	if f.raw == "" {
+		return policy.Absent, nil
 	}
-	rec, err := redislease.Decode("k", f.raw)
-	return redislease.Observation{Name: name, Raw: f.raw, Record: rec}, err
+	return redislease.Decode("k", f.raw)
 }
 
-func (f *fakeStore) Acquire(_ context.Context, seen redislease.Observation) (redislease.Lease, error) {
+// write stores r as the scripts would and returns it as read back.
+func (f *fakeStore) write(r policy.Record) policy.Record {
+	f.raw = redislease.Encode(r)
+	rec, _ := redislease.Decode("k", f.raw)
+	return rec
+}
+
+func (f *fakeStore) Observe(context.Context, string) (policy.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if seen.Absent != (f.raw == nil) || !bytes.Equal(seen.Raw, f.raw) {
-		return redislease.Lease{}, &redislease.ConflictError{Key: "k"}
+	return f.current()
+}
+
+func (f *fakeStore) Acquire(_ context.Context, _ string, seen policy.Record) (policy.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, _ := f.current()
+	if !seen.Same(cur) {
+		return policy.Record{}, &redislease.ConflictError{Key: "k", Current: cur}
 	}
 	f.tokenCounter++
-	rec := redislease.Record{Holder: "node-a", Version: seen.Record.Version + 1, Token: fmt.Sprintf("%032x", f.tokenCounter), State: redislease.StateHeld}
-	f.raw = redislease.Encode(rec)
-	return redislease.Lease{Name: seen.Name, Record: rec}, nil
+	return f.write(policy.Record{Holder: "node-a", Version: seen.Version + 1, Token: fmt.Sprintf("%032x", f.tokenCounter)}), nil
 }
 
-func (f *fakeStore) Renew(_ context.Context, l redislease.Lease) (redislease.Lease, error) {
+func (f *fakeStore) Renew(_ context.Context, _ string, held policy.Record) (policy.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.raw == nil {
-		return redislease.Lease{}, redislease.ErrMissing
+	if f.raw == "" {
+		return policy.Record{}, redislease.ErrMissing
 	}
-	cur, _ := redislease.Decode("k", f.raw)
-	if cur != l.Record {
-		return redislease.Lease{}, &redislease.LostError{Key: "k", Current: cur}
+	cur, _ := f.current()
+	if !owns(cur, held) {
+		return policy.Record{}, &redislease.LostError{Key: "k", Current: cur}
 	}
 	cur.Version++
-	f.raw = redislease.Encode(cur)
-	return redislease.Lease{Name: l.Name, Record: cur}, nil
+	return f.write(cur), nil
 }
 
-func (f *fakeStore) Release(_ context.Context, l redislease.Lease) (redislease.Record, error) {
+func (f *fakeStore) Release(_ context.Context, _ string, held policy.Record) (policy.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.noRelease {
-		f.t.Errorf("release of %+v: this test forbids it", l.Record)
+		f.t.Errorf("release of %v: this test forbids it", held)
 	}
 	f.releases++
-	cur, _ := redislease.Decode("k", f.raw)
-	if cur != l.Record {
-		return redislease.Record{}, &redislease.LostError{Key: "k", Current: cur}
+	cur, _ := f.current()
+	if !owns(cur, held) {
+		return policy.Record{}, &redislease.LostError{Key: "k", Current: cur}
 	}
 	cur.Version++
-	cur.State = redislease.StateReleased
-	f.raw = redislease.Encode(cur)
-	return cur, nil
+	cur.Released = true
+	return f.write(cur), nil
+}
+
+// owns is the scripts' ownership check: the key holds held's record.
+func owns(cur, held policy.Record) bool {
+	return cur.Present && !cur.Released && cur.Holder == held.Holder && cur.Token == held.Token && cur.Version == held.Version
 }
 
 // steal makes another node the holder, as after a partition.
 func (f *fakeStore) steal() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	cur, _ := redislease.Decode("k", f.raw)
+	cur, _ := f.current()
 	cur.Holder, cur.Version, cur.Token = "node-b", cur.Version+1, strings.Repeat("b", 32)
-	f.raw = redislease.Encode(cur)
+	f.write(cur)
 }
 
 func (f *fakeStore) set(raw string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.raw = []byte(raw)
+	f.raw = raw
 }
 
 func (f *fakeStore) holder() (string, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	cur, _ := redislease.Decode("k", f.raw)
+	cur, _ := f.current()
 	return cur.Holder, cur.Version
 }
 
@@ -230,8 +243,8 @@ func TestSupervisorHandoffStopsThenReleases(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		running, _, _ := units.state()
-		rec, _ := redislease.Decode("k", store.raw)
-		if running || store.releases != 1 || rec.State != redislease.StateReleased || s.Holding() {
+		rec, _ := store.current()
+		if running || store.releases != 1 || !rec.Released || s.Holding() {
 			t.Fatalf("after handoff: running %t, releases %d, record %+v, holding %t", running, store.releases, rec, s.Holding())
 		}
 		if i, j := strings.LastIndex(logs.String(), "UNITLEASE_EVENT=stopped"), strings.LastIndex(logs.String(), "UNITLEASE_EVENT=released"); j < 0 || i > j {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/unitlease/unitlease/internal/redistest"
+	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 )
 
@@ -70,11 +71,11 @@ func (b *bench) latencies(n int) {
 		seen, err := b.store.Observe(b.ctx, name)
 		must(err)
 		start := time.Now()
-		l, err := b.store.Acquire(b.ctx, seen)
+		l, err := b.store.Acquire(b.ctx, name, seen)
 		acquire = append(acquire, time.Since(start))
 		must(err)
 		start = time.Now()
-		_, err = b.store.Renew(b.ctx, l)
+		_, err = b.store.Renew(b.ctx, name, l)
 		renew = append(renew, time.Since(start))
 		must(err)
 	}
@@ -83,11 +84,12 @@ func (b *bench) latencies(n int) {
 }
 
 func (b *bench) many(n, rounds int, retry time.Duration) {
-	held := make([]redislease.Lease, n)
+	held := make([]policy.Record, n)
+	name := func(i int) string { return "many" + strconv.Itoa(i) }
 	for i := range held {
-		seen, err := b.store.Observe(b.ctx, "many"+strconv.Itoa(i))
+		seen, err := b.store.Observe(b.ctx, name(i))
 		must(err)
-		held[i], err = b.store.Acquire(b.ctx, seen)
+		held[i], err = b.store.Acquire(b.ctx, name(i), seen)
 		must(err)
 	}
 	redisBefore := b.redisCPU()
@@ -98,7 +100,7 @@ func (b *bench) many(n, rounds int, retry time.Duration) {
 		var wg sync.WaitGroup
 		for i := range held {
 			wg.Go(func() {
-				l, err := b.store.Renew(b.ctx, held[i])
+				l, err := b.store.Renew(b.ctx, name(i), held[i])
 				must(err)
 				held[i] = l
 			})
