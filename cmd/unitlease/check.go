@@ -145,14 +145,13 @@ func (c *checker) watchdog(ctx context.Context, sd *unitctl.Systemd, t policy.Ti
 		c.warn("%s: %v", unit, err)
 		return
 	}
-	fit, short := daemon.WatchdogFit(t, abort)
+	f := daemon.FitWatchdog(t, abort)
 	switch {
-	case short:
-		c.warn("%s: TimeoutAbortSec %v leaves under 1s of watchdog within retry %v + renew_deadline %v: run uses 1s, and a hung daemon may outlive its deadline by %v",
-			unit, abort, t.Retry, t.RenewDeadline, abort-(t.Retry+t.RenewDeadline-time.Second))
-	case wd > fit:
+	case f.Short():
+		c.warn("%s", f.ShortWarning(unit, t, abort))
+	case wd > f.Max:
 		c.ok("%s: run lowers WatchdogSec %v to %v, so that with TimeoutAbortSec %v a hung daemon is killed within retry %v + renew_deadline %v",
-			unit, wd, fit, abort, t.Retry, t.RenewDeadline)
+			unit, wd, f.Max, abort, t.Retry, t.RenewDeadline)
 	default:
 		c.ok("%s: WatchdogSec %v + TimeoutAbortSec %v: a hung daemon is killed within retry %v + renew_deadline %v",
 			unit, wd, abort, t.Retry, t.RenewDeadline)

@@ -85,21 +85,40 @@ func (d *Daemon) progressing(within time.Duration) bool {
 	return true
 }
 
-// WatchdogFit is the longest watchdog timeout under which a daemon hung
-// right after a renewal is killed, and its units stopped through
-// BindsTo=, no later than its own deadline would have stopped them:
-// WatchdogSec + TimeoutAbortSec <= retry + renew_deadline, after which the
-// units stop within stop_wait like any other stop. short: not even 1 s
-// fits, and fit is 1 s, by which a hung daemon may outlive its deadline.
-func WatchdogFit(t policy.Timing, abort time.Duration) (fit time.Duration, short bool) {
-	fit = t.Retry + t.RenewDeadline - abort
-	if fit < time.Second {
-		return time.Second, true
-	}
-	return fit, false
+// WatchdogFit is how a daemon's watchdog fits its deadline: a daemon
+// that hangs right after a renewal must be killed, and its units stopped
+// through BindsTo=, no later than its own deadline would have stopped
+// them: WatchdogSec + TimeoutAbortSec <= retry + renew_deadline, after
+// which the units stop within stop_wait like any other stop.
+type WatchdogFit struct {
+	// Max is the longest WatchdogSec that fits, and at least 1s.
+	Max time.Duration
+	// Overrun is how long a hung daemon may outlive its deadline with Max:
+	// 0 when it fits, else what even 1s of watchdog leaves over.
+	Overrun time.Duration
 }
 
-// fitWatchdog lowers the watchdog timeout to WatchdogFit. It returns the
+// FitWatchdog fits the watchdog to t with TimeoutAbortSec abort. `run`
+// lowers the daemon's watchdog to Max; `check` reports the same figures.
+func FitWatchdog(t policy.Timing, abort time.Duration) WatchdogFit {
+	budget := t.Retry + t.RenewDeadline
+	if budget-abort >= time.Second {
+		return WatchdogFit{Max: budget - abort}
+	}
+	return WatchdogFit{Max: time.Second, Overrun: abort - (budget - time.Second)}
+}
+
+// Short reports that not even 1s of watchdog fits: a hung daemon may
+// outlive its deadline by Overrun.
+func (f WatchdogFit) Short() bool { return f.Overrun > 0 }
+
+// ShortWarning says what a short fit costs, for unit (the daemon's).
+func (f WatchdogFit) ShortWarning(unit string, t policy.Timing, abort time.Duration) string {
+	return fmt.Sprintf("%s: TimeoutAbortSec %v leaves under 1s of watchdog within retry %v + renew_deadline %v: run uses 1s, and a hung daemon may outlive its deadline by %v",
+		unit, abort, t.Retry, t.RenewDeadline, f.Overrun)
+}
+
+// fitWatchdog lowers the watchdog timeout to FitWatchdog's Max. It returns the
 // interval in force.
 func (d *Daemon) fitWatchdog(ctx context.Context) time.Duration {
 	interval, err := sdaemon.SdWatchdogEnabled(false)
@@ -111,12 +130,11 @@ func (d *Daemon) fitWatchdog(ctx context.Context) time.Duration {
 		abort = 2 * time.Second
 	}
 	t := d.cfg.Timing
-	fit, short := WatchdogFit(t, abort)
-	if short {
-		d.log.Warn(fmt.Sprintf("TimeoutAbortSec %v of %s leaves under 1s of watchdog within retry %v + renew_deadline %v; using 1s, so a hung daemon may outlive its deadline by %v",
-			abort, d.daemonUnit(), t.Retry, t.RenewDeadline, abort-(t.Retry+t.RenewDeadline-time.Second)), logging.Event, "config_warning")
+	f := FitWatchdog(t, abort)
+	if f.Short() {
+		d.log.Warn(f.ShortWarning(d.daemonUnit(), t, abort), logging.Event, "config_warning")
 	}
-	if interval > fit {
+	if fit := f.Max; interval > fit {
 		d.log.Info(fmt.Sprintf("watchdog lowered from %v to %v (retry %v + renew_deadline %v - TimeoutAbortSec %v)", interval, fit, t.Retry, t.RenewDeadline, abort))
 		d.notify(fmt.Sprintf("WATCHDOG_USEC=%d", fit.Microseconds()))
 		interval = fit
