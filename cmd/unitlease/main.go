@@ -32,6 +32,10 @@ const usage = `usage: unitlease COMMAND [ARGS]
   version                         print the version
 `
 
+// socketPath is the daemon's control socket that status, guard and handoff
+// dial; tests point it elsewhere.
+var socketPath = control.SocketPath
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -108,7 +112,7 @@ func cmdGuard(args []string, _, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := control.Dial(control.SocketPath).Guard(ctx, args[0]); err != nil {
+	if err := control.Dial(socketPath).Guard(ctx, args[0]); err != nil {
 		fmt.Fprintln(stderr, "unitlease guard: refusing to start", args[0]+":", err)
 		return 1
 	}
@@ -122,7 +126,7 @@ func cmdHandoff(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	res, err := control.Dial(control.SocketPath).Handoff(ctx, args[0])
+	res, err := control.Dial(socketPath).Handoff(ctx, args[0])
 	if err != nil {
 		fmt.Fprintln(stderr, "unitlease handoff:", err)
 		return 1

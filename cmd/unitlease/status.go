@@ -24,7 +24,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if !ok || fs.NArg() > 0 {
 		return 2
 	}
-	client := control.Dial(control.SocketPath)
+	client := control.Dial(socketPath)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		snap, err := client.Status(ctx)

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/control"
+	"github.com/unitlease/unitlease/internal/daemon"
+)
+
+// runCmd runs the command line args and returns its exit code and output.
+func runCmd(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// useSocket points the commands at path for the rest of the test.
+func useSocket(t *testing.T, path string) {
+	old := socketPath
+	socketPath = path
+	t.Cleanup(func() { socketPath = old })
+}
+
+// socketDir is a fresh directory whose socket paths fit in sun_path.
+func socketDir(t *testing.T) string {
+	dir := t.TempDir()
+	if len(dir) <= 80 {
+		return dir
+	}
+	dir, err := os.MkdirTemp("/tmp", "unitlease-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestArgs(t *testing.T) {
+	// Anything that gets past argument handling fails with exit code 1, not
+	// 2: there is no daemon on this socket and no file at this config path.
+	dir := t.TempDir()
+	useSocket(t, filepath.Join(dir, "no-daemon.sock"))
+	missing := filepath.Join(dir, "missing.toml")
+	oldVersion := daemon.Version
+	daemon.Version = "1.2.3-test"
+	t.Cleanup(func() { daemon.Version = oldVersion })
+
+	const guardUsage = "usage: unitlease guard UNIT\n"
+	const handoffUsage = "usage: unitlease handoff LEASE|UNIT\n"
+	const resetUsage = "usage: unitlease reset [--config FILE] LEASE\n"
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		code      int
+		stdout    string
+		stderr    string // exact, unless stderrHas is set
+		stderrHas []string
+	}{
+		{name: "no arguments", args: nil, code: 2, stderr: usage},
+		{name: "unknown command", args: []string{"frobnicate"}, code: 2,
+			stderr: "unitlease: unknown command \"frobnicate\"\n" + usage},
+		{name: "version", args: []string{"version"}, code: 0, stdout: "unitlease 1.2.3-test\n"},
+		{name: "status extra argument", args: []string{"status", "web"}, code: 2},
+		{name: "status --json extra argument", args: []string{"status", "--json", "web"}, code: 2},
+		{name: "status unknown flag", args: []string{"status", "--bogus"}, code: 2,
+			stderrHas: []string{"flag provided but not defined: -bogus", "Usage of unitlease status:", "-json"}},
+		{name: "guard no unit", args: []string{"guard"}, code: 2, stderr: guardUsage},
+		{name: "guard two units", args: []string{"guard", "a.service", "b.service"}, code: 2, stderr: guardUsage},
+		{name: "handoff no target", args: []string{"handoff"}, code: 2, stderr: handoffUsage},
+		{name: "handoff two targets", args: []string{"handoff", "web", "db"}, code: 2, stderr: handoffUsage},
+		{name: "run stray argument", args: []string{"run", "--config", missing, "extra"}, code: 2},
+		{name: "run unknown flag", args: []string{"run", "--bogus"}, code: 2,
+			stderrHas: []string{"flag provided but not defined: -bogus", "Usage of unitlease run:"}},
+		{name: "reset no lease", args: []string{"reset", "--config", missing}, code: 2, stderr: resetUsage},
+		{name: "reset two leases", args: []string{"reset", "--config", missing, "web", "db"}, code: 2, stderr: resetUsage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCmd(tc.args...)
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d (stderr %q)", code, tc.code, stderr)
+			}
+			if stdout != tc.stdout {
+				t.Errorf("stdout %q, want %q", stdout, tc.stdout)
+			}
+			if tc.stderrHas == nil {
+				if stderr != tc.stderr {
+					t.Errorf("stderr %q, want %q", stderr, tc.stderr)
+				}
+				return
+			}
+			for _, s := range tc.stderrHas {
+				if !strings.Contains(stderr, s) {
+					t.Errorf("stderr %q lacks %q", stderr, s)
+				}
+			}
+		})
+	}
+}
+
+// fakeService is a strict control.Service: it answers only what the test
+// set up and fails the test on any other call. It records the calls.
+type fakeService struct {
+	t        *testing.T
+	snapshot *control.Snapshot        // nil: Snapshot is unexpected
+	handoff  map[string]handoffAnswer // by target
+	guard    map[string]error         // by unit; nil admits
+
+	mu    sync.Mutex
+	calls []string
+}
+
+type handoffAnswer struct {
+	res control.HandoffResult
+	err error
+}
+
+func (f *fakeService) record(call string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+}
+
+// wantCalls fails the test unless the calls so far are want.
+func (f *fakeService) wantCalls(want ...string) {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !reflect.DeepEqual(f.calls, want) {
+		f.t.Errorf("service calls %q, want %q", f.calls, want)
+	}
+}
+
+func (f *fakeService) Snapshot(context.Context) control.Snapshot {
+	f.record("Snapshot")
+	if f.snapshot == nil {
+		f.t.Errorf("unexpected Snapshot")
+		return control.Snapshot{}
+	}
+	return *f.snapshot
+}
+
+func (f *fakeService) Handoff(_ context.Context, target string) (control.HandoffResult, error) {
+	f.record("Handoff " + target)
+	a, ok := f.handoff[target]
+	if !ok {
+		f.t.Errorf("unexpected Handoff(%q)", target)
+		return control.HandoffResult{}, errors.New("unexpected handoff")
+	}
+	return a.res, a.err
+}
+
+func (f *fakeService) Guard(unit string) error {
+	f.record("Guard " + unit)
+	err, ok := f.guard[unit]
+	if !ok {
+		f.t.Errorf("unexpected Guard(%q)", unit)
+		return errors.New("unexpected guard")
+	}
+	return err
+}
+
+// serve serves svc with control.Serve on a socket in a temporary directory,
+// points the commands at it, and returns once it accepts connections. The
+// server stops when the test ends.
+func serve(t *testing.T, svc control.Service) {
+	path := filepath.Join(socketDir(t), "control.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	var serveErr error
+	stopped := make(chan struct{})
+	go func() {
+		serveErr = control.Serve(ctx, path, svc)
+		close(stopped)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+		if serveErr != nil {
+			t.Errorf("control.Serve: %v", serveErr)
+		}
+	})
+	// Serve has no ready signal: dial until it accepts, or until it fails.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-stopped:
+			t.Fatalf("control.Serve returned before accepting: %v", serveErr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("control socket never accepted: %v", err)
+		}
+		runtime.Gosched()
+	}
+	useSocket(t, path)
+}
+
+func TestStatus(t *testing.T) {
+	snap := fixtureSnapshot()
+	f := &fakeService{t: t, snapshot: &snap}
+	serve(t, f)
+	code, stdout, stderr := runCmd("status")
+	if code != 0 || stderr != "" {
+		t.Fatalf("status: exit code %d, stderr %q", code, stderr)
+	}
+	if stdout != fixtureTable {
+		t.Errorf("status printed:\n%s\nwant:\n%s", stdout, fixtureTable)
+	}
+	f.wantCalls("Snapshot")
+}
+
+func TestStatusJSON(t *testing.T) {
+	snap := fixtureSnapshot()
+	f := &fakeService{t: t, snapshot: &snap}
+	serve(t, f)
+	code, stdout, stderr := runCmd("status", "--json")
+	if code != 0 || stderr != "" {
+		t.Fatalf("status --json: exit code %d, stderr %q", code, stderr)
+	}
+	if want := "{\n  \"node\": \"node-a\",\n"; !strings.HasPrefix(stdout, want) {
+		t.Errorf("status --json printed %q, want it indented, beginning %q", stdout, want)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	var got control.Snapshot
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("status --json printed what does not decode: %v\n%s", err, stdout)
+	}
+	if dec.More() {
+		t.Errorf("status --json printed more than one value:\n%s", stdout)
+	}
+	if !reflect.DeepEqual(got, snap) {
+		t.Errorf("status --json decodes to\n%+v\nwant\n%+v", got, snap)
+	}
+	f.wantCalls("Snapshot")
+}
+
+func TestGuard(t *testing.T) {
+	t.Run("admitted", func(t *testing.T) {
+		f := &fakeService{t: t, guard: map[string]error{"nginx.service": nil}}
+		serve(t, f)
+		code, stdout, stderr := runCmd("guard", "nginx.service")
+		if code != 0 || stdout != "" || stderr != "" {
+			t.Errorf("guard: exit code %d, stdout %q, stderr %q; want 0 and no output", code, stdout, stderr)
+		}
+		f.wantCalls("Guard nginx.service")
+	})
+	t.Run("refused", func(t *testing.T) {
+		f := &fakeService{t: t, guard: map[string]error{
+			"nginx.service": errors.New("lease web is held by node-b"),
+		}}
+		serve(t, f)
+		code, stdout, stderr := runCmd("guard", "nginx.service")
+		if code != 1 {
+			t.Errorf("guard: exit code %d, want 1", code)
+		}
+		if stdout != "" {
+			t.Errorf("guard: stdout %q, want none", stdout)
+		}
+		if want := "unitlease guard: refusing to start nginx.service: lease web is held by node-b\n"; stderr != want {
+			t.Errorf("guard: stderr %q, want %q", stderr, want)
+		}
+		f.wantCalls("Guard nginx.service")
+	})
+}
+
+func TestHandoff(t *testing.T) {
+	t.Run("taken", func(t *testing.T) {
+		f := &fakeService{t: t, handoff: map[string]handoffAnswer{
+			"web": {res: control.HandoffResult{Lease: "web", Holder: "node-b", Version: 8}},
+		}}
+		serve(t, f)
+		code, stdout, stderr := runCmd("handoff", "web")
+		if code != 0 || stderr != "" {
+			t.Errorf("handoff: exit code %d, stderr %q; want 0 and none", code, stderr)
+		}
+		if want := "lease web is now held by node-b (version 8)\n"; stdout != want {
+			t.Errorf("handoff: stdout %q, want %q", stdout, want)
+		}
+		f.wantCalls("Handoff web")
+	})
+	t.Run("failed", func(t *testing.T) {
+		f := &fakeService{t: t, handoff: map[string]handoffAnswer{
+			"web": {err: errors.New("no peer took lease web within 30s; it is running here again")},
+		}}
+		serve(t, f)
+		code, stdout, stderr := runCmd("handoff", "web")
+		if code != 1 {
+			t.Errorf("handoff: exit code %d, want 1", code)
+		}
+		if stdout != "" {
+			t.Errorf("handoff: stdout %q, want none", stdout)
+		}
+		if want := "unitlease handoff: no peer took lease web within 30s; it is running here again\n"; stderr != want {
+			t.Errorf("handoff: stderr %q, want %q", stderr, want)
+		}
+		f.wantCalls("Handoff web")
+	})
+}
+
+func TestNoDaemon(t *testing.T) {
+	useSocket(t, filepath.Join(socketDir(t), "control.sock"))
+	const noAnswer = "no answer from the unitlease daemon (is unitlease.service running?): "
+	for _, tc := range []struct {
+		args   []string
+		prefix string
+	}{
+		{[]string{"status"}, "unitlease status: " + noAnswer},
+		{[]string{"status", "--json"}, "unitlease status: " + noAnswer},
+		{[]string{"guard", "nginx.service"}, "unitlease guard: refusing to start nginx.service: " + noAnswer},
+		{[]string{"handoff", "web"}, "unitlease handoff: " + noAnswer},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCmd(tc.args...)
+			if code != 1 {
+				t.Errorf("exit code %d, want 1", code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want none", stdout)
+			}
+			if !strings.HasPrefix(stderr, tc.prefix) {
+				t.Errorf("stderr %q, want it to begin %q", stderr, tc.prefix)
+			}
+		})
+	}
+}

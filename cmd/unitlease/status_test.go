@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/control"
+)
+
+// fixtureSnapshot is a node holding a group lease of two units and standing
+// by for another whose unit state could not be read.
+func fixtureSnapshot() control.Snapshot {
+	since := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	return control.Snapshot{
+		Node: "node-a",
+		Leases: []control.LeaseStatus{{
+			Lease:        "db",
+			Units:        []string{"postgresql.service", "db-backup.timer"},
+			Node:         "node-a",
+			Role:         "leader",
+			Holding:      true,
+			Holder:       "node-a",
+			Version:      12,
+			LeaseAge:     1249 * time.Millisecond, // 1.2s
+			DeadlineLeft: 8750 * time.Millisecond, // 8.8s
+			UnitStates:   []string{"active", "activating"},
+			Since:        since,
+		}, {
+			Lease:        "web",
+			Units:        []string{"nginx.service"},
+			Node:         "node-a",
+			Role:         "standby",
+			Holder:       "node-b",
+			Version:      7,
+			LeaseAge:     42049 * time.Millisecond, // 42s
+			DeadlineLeft: 3 * time.Second,          // not shown: not holding
+			Reason:       "handoff:\tnode-b took over",
+			Since:        since.Add(-time.Hour),
+		}},
+		Cluster: []control.ClusterRow{
+			{Lease: "db", Holder: "node-a", Version: 12, State: "held", Watchers: 2},
+			{Lease: "web", Holder: "node-b", Version: 7, State: "held", Watchers: 2},
+			{Lease: "cache", Version: 4, State: "released", Watchers: 1},
+			{Lease: "queue", State: "missing"},
+		},
+		Errors: []string{"redis: GET unitlease:lease:queue: i/o timeout"},
+		Timing: control.Timing{
+			LeaseSpan:     15 * time.Second,
+			Retry:         2 * time.Second,
+			RenewDeadline: 10 * time.Second,
+			StopWait:      1500 * time.Millisecond,
+		},
+	}
+}
+
+// fixtureTable is printStatus's output for fixtureSnapshot: durations
+// rounded to 100 ms, the standby's deadline and missing unit state shown as
+// "-" and "?", empty holders and zero versions as "-", the tab in a reason
+// as a space.
+const fixtureTable = `Node node-a (lease span 15s, retry 2s, renew deadline 10s, stop wait 1.5s)
+LEASE  UNIT                NODE    ROLE     HOLDER  VERSION  LEASE AGE  DEADLINE LEFT  UNIT STATE  REASON
+db     postgresql.service  node-a  leader   node-a  12       1.2s       8.8s           active      -
+db     db-backup.timer     node-a  leader   node-a  12       1.2s       8.8s           activating  -
+web    nginx.service       node-a  standby  node-b  7        42s        -              ?           handoff: node-b took over
+
+Cluster (Redis):
+LEASE  STATE     HOLDER  VERSION  WATCHERS
+db     held      node-a  12       2
+web    held      node-b  7        2
+cache  released  -       4        1
+queue  missing   -       -        0
+error: redis: GET unitlease:lease:queue: i/o timeout
+`
+
+func TestPrintStatus(t *testing.T) {
+	var b bytes.Buffer
+	printStatus(&b, fixtureSnapshot())
+	if got := b.String(); got != fixtureTable {
+		t.Errorf("printStatus:\n%s\nwant:\n%s", got, fixtureTable)
+	}
+}
+
+func TestPrintStatusNoLeases(t *testing.T) {
+	const want = `Node node-b (lease span 0s, retry 0s, renew deadline 0s, stop wait 0s)
+LEASE  UNIT  NODE  ROLE  HOLDER  VERSION  LEASE AGE  DEADLINE LEFT  UNIT STATE  REASON
+(no annotated units on this node)
+
+Cluster (Redis):
+LEASE  STATE  HOLDER  VERSION  WATCHERS
+`
+	var b bytes.Buffer
+	printStatus(&b, control.Snapshot{Node: "node-b"})
+	if got := b.String(); got != want {
+		t.Errorf("printStatus:\n%s\nwant:\n%s", got, want)
+	}
+}
