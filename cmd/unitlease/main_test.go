@@ -5,15 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/daemon"
@@ -171,16 +168,20 @@ func (f *fakeService) Guard(unit string) error {
 	return err
 }
 
-// serve serves svc with control.Serve on a socket in a temporary directory,
-// points the commands at it, and returns once it accepts connections. The
+// serve serves svc on a socket in a temporary directory and points the
+// commands at it. The socket accepts connections once serve returns; the
 // server stops when the test ends.
 func serve(t *testing.T, svc control.Service) {
 	path := filepath.Join(socketDir(t), "control.sock")
+	l, err := control.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var serveErr error
 	stopped := make(chan struct{})
 	go func() {
-		serveErr = control.Serve(ctx, path, svc)
+		serveErr = control.Serve(ctx, l, svc)
 		close(stopped)
 	}()
 	t.Cleanup(func() {
@@ -190,24 +191,6 @@ func serve(t *testing.T, svc control.Service) {
 			t.Errorf("control.Serve: %v", serveErr)
 		}
 	})
-	// Serve has no ready signal: dial until it accepts, or until it fails.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("unix", path)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-stopped:
-			t.Fatalf("control.Serve returned before accepting: %v", serveErr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control socket never accepted: %v", err)
-		}
-		runtime.Gosched()
-	}
 	useSocket(t, path)
 }
 

@@ -45,7 +45,7 @@ func fixtureSnapshot() control.Snapshot {
 			{Lease: "queue", State: "missing"},
 		},
 		Errors: []string{"redis: GET unitlease:lease:queue: i/o timeout"},
-		Timing: control.Timing{
+		Timing: control.TimingSummary{
 			LeaseSpan:     15 * time.Second,
 			Retry:         2 * time.Second,
 			RenewDeadline: 10 * time.Second,

@@ -12,20 +12,26 @@ import (
 	"time"
 )
 
-// Serve listens on path until ctx ends.
-func Serve(ctx context.Context, path string, c Service) error {
+// Listen creates the control socket at path, root's only: mode 0600 in
+// a directory of mode 0700. A socket left at path is replaced.
+func Listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	_ = os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("control socket: %w", err)
+		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
-		return err
+		return nil, err
 	}
+	return l, nil
+}
+
+// Serve answers requests on l with c until ctx ends, then closes l.
+func Serve(ctx context.Context, l net.Listener, c Service) error {
 	srv := &http.Server{Handler: handler(c), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

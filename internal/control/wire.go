@@ -33,7 +33,7 @@ type Snapshot struct {
 	Leases  []LeaseStatus `json:"leases"`
 	Cluster []ClusterRow  `json:"cluster"`
 	Errors  []string      `json:"errors,omitempty"` // config errors, Redis trouble
-	Timing  Timing        `json:"timing"`
+	Timing  TimingSummary `json:"timing"`
 }
 
 // LeaseStatus is one lease on this node: its supervisor's state and its
@@ -69,8 +69,8 @@ type ClusterRow struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// Timing is the timing in force.
-type Timing struct {
+// TimingSummary is the timing in force.
+type TimingSummary struct {
 	LeaseSpan     time.Duration `json:"lease_span_ns"`
 	Retry         time.Duration `json:"retry_ns"`
 	RenewDeadline time.Duration `json:"renew_deadline_ns"`

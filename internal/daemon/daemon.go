@@ -41,10 +41,10 @@ type Manager interface {
 
 var _ Manager = (*unitctl.Systemd)(nil)
 
-// LeaseStore is what the daemon needs of redislease beyond a
-// supervisor's Store.
+// LeaseStore is what the daemon needs of the lease store
+// (*redislease.Store) beyond a supervisor's Records.
 type LeaseStore interface {
-	supervisor.Store
+	supervisor.Records
 	Watchers(ctx context.Context, name string) (int, error)
 	Wakeups(ctx context.Context, leases []string) <-chan redislease.Wake
 	List(ctx context.Context) ([]redislease.Entry, error)

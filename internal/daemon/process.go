@@ -44,7 +44,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	defer sd.Close()
 	d := New(cfg, log, store, sd, opts.Unitctl, notify(log))
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- control.Serve(ctx, opts.Socket, d) }()
+	go func() {
+		l, err := control.Listen(opts.Socket)
+		if err == nil {
+			err = control.Serve(ctx, l, d)
+		}
+		serveErr <- err
+	}()
 	log.Info(fmt.Sprintf("unitlease %s on node %s: lease span %v, retry %v, renew deadline %v, stop wait %v",
 		Version, cfg.Node, cfg.Timing.LeaseSpan, cfg.Timing.Retry, cfg.Timing.RenewDeadline, cfg.Timing.StopWait),
 		logging.Event, "daemon_start")

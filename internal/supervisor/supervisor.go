@@ -5,7 +5,7 @@
 // socket and the watchdog.
 //
 // It talks to the lease store and to systemd through two small
-// interfaces, Store and Units: redislease's store satisfies the first,
+// interfaces, Records and Units: redislease's store satisfies the first,
 // and the daemon adapts systemd to the second. It imports policy,
 // redislease (the store's errors) and logging, and never unitctl or the
 // daemon.
@@ -21,10 +21,11 @@ import (
 	"github.com/unitlease/unitlease/policy"
 )
 
-// Store is what a supervisor needs of the lease store: *redislease.Store.
-// Records travel as the policy has them, decoded once by the store and
-// with their exact bytes; errors are redislease's.
-type Store interface {
+// Records is what a supervisor needs of the lease store, the lease's
+// record: *redislease.Store. Records travel as the policy has them,
+// decoded once by the store and with their exact bytes; errors are
+// redislease's.
+type Records interface {
 	// Observe reads the lease's record (policy.Absent: missing).
 	Observe(ctx context.Context, name string) (policy.Record, error)
 	// Acquire compare-and-sets exactly seen to a record this node holds.
@@ -74,7 +75,7 @@ type Supervisor struct {
 	Units []string // by name; started in systemd's order, stopped together
 	Node  string
 
-	store Store
+	store Records
 	units Units
 	clock Clock
 	log   *slog.Logger // without the lease's fields: see logger
@@ -96,7 +97,7 @@ type Supervisor struct {
 
 // New returns a supervisor whose first step stops the units
 // (a new daemon holds no lease: rule 6).
-func New(lease string, units []string, node string, m policy.Machine, store Store, u Units, clock Clock, log *slog.Logger) *Supervisor {
+func New(lease string, units []string, node string, m policy.Machine, store Records, u Units, clock Clock, log *slog.Logger) *Supervisor {
 	s := &Supervisor{
 		Lease: lease, Units: units, Node: node,
 		store: store, units: u, clock: clock, machine: m,
