@@ -1,6 +1,8 @@
 // Package policy is unitlease's decisions, without I/O: the timing and
-// its derived safe lease span, and one state machine per lease and node
-// that is standby and leader in turn.
+// its derived safe lease span, the lease record as the decisions read it
+// (Record), and one state machine per lease and node that is standby and
+// leader in turn. It imports nothing of unitlease; the store and the
+// supervisor speak its types.
 //
 // The daemon owns the clock, the store and systemd. It feeds the machine
 // events (a Tick when the last Output's Wake comes, and the result of

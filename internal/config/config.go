@@ -1,6 +1,9 @@
 // Package config loads /etc/unitlease/unitlease.toml: every key optional
 // with a default, unknown keys refused, and every error naming the file,
-// the line and the key.
+// the line and the key. It checks the values with the rules of the
+// packages that use them (policy's timing, redislease's connection,
+// unitctl's stop_wait floor) and reads their typed errors; it imports
+// nothing that runs.
 package config
 
 import (

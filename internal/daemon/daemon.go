@@ -6,7 +6,9 @@
 // It is the only package that joins systemd (unitctl) to the supervisors:
 // a supervisor sees systemd through supervisor.Units, which the daemon
 // adapts from unitctl. The control socket's wire format lives in control,
-// which the daemon serves.
+// which the daemon serves. It owns no decision of its own about a lease
+// (those are the policy's, carried out by the supervisor), and nothing
+// but cmd/unitlease imports it.
 package daemon
 
 import (

@@ -1,5 +1,7 @@
 // Package logging sets up slog: to the systemd journal, with structured
-// fields, when its socket exists, and as text on stderr otherwise.
+// fields, when its socket exists, and as text on stderr otherwise. It
+// names the journal's UNITLEASE_* fields, and imports nothing of
+// unitlease.
 package logging
 
 import (
