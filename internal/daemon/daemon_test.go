@@ -16,10 +16,11 @@ func TestWatchdogFit(t *testing.T) {
 		fit                 time.Duration
 		short               bool
 	}{
-		{5 * time.Second, 10 * time.Second, 2 * time.Second, 13 * time.Second, false},    // the defaults: 10s stays
-		{time.Second, 2 * time.Second, 2 * time.Second, time.Second, false},              // the fast profile: exactly 1s
-		{200 * time.Millisecond, time.Second, 500 * time.Millisecond, time.Second, true}, // 700ms would fit: 1s is the floor
-		{time.Second, 2 * time.Second, math.MaxInt64, time.Second, true},                 // TimeoutAbortSec=infinity
+		{5 * time.Second, 10 * time.Second, 2 * time.Second, 13 * time.Second, false},      // the defaults: 10s stays
+		{time.Second, 2 * time.Second, 2 * time.Second, time.Second, false},                // the fast profile: exactly 1s
+		{200 * time.Millisecond, time.Second, 500 * time.Millisecond, time.Second, true},   // 700ms would fit: 1s is the floor
+		{time.Second, 2 * time.Second, math.MaxInt64, time.Second, true},                   // TimeoutAbortSec=infinity
+		{300 * time.Millisecond, 600 * time.Millisecond, math.MaxInt64, time.Second, true}, // infinity with under 1s of budget
 	} {
 		f := FitWatchdog(policy.Timing{Retry: c.retry, RenewDeadline: c.renew}, c.abort)
 		if fit, short := f.Max, f.Short(); fit != c.fit || short != c.short {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -105,7 +106,13 @@ func FitWatchdog(t policy.Timing, abort time.Duration) WatchdogFit {
 	if budget-abort >= time.Second {
 		return WatchdogFit{Max: budget - abort}
 	}
-	return WatchdogFit{Max: time.Second, Overrun: abort - (budget - time.Second)}
+	// abort + 1s - budget, which is positive here; saturated for a
+	// TimeoutAbortSec of infinity.
+	over := time.Duration(math.MaxInt64)
+	if abort <= math.MaxInt64-time.Second {
+		over = abort + time.Second - budget
+	}
+	return WatchdogFit{Max: time.Second, Overrun: over}
 }
 
 // Short reports that not even 1s of watchdog fits: a hung daemon may
