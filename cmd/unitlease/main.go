@@ -98,6 +98,11 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// No step of a lease waits on the journal: entries queue, and are
+	// dropped and counted if journald stops reading.
+	journal := logging.NewAsync(log.Handler(), logging.QueueMax)
+	defer journal.Close(2 * time.Second)
+	log = slog.New(journal)
 	if err := daemon.Run(ctx, cfg, log, daemon.RunOptions{}); err != nil {
 		log.Error("exiting: "+err.Error(), logging.Event, "daemon_error", "OBJECT_SYSTEMD_UNIT", "unitlease.service")
 		return 1

@@ -96,7 +96,9 @@ type Supervisor struct {
 }
 
 // New returns a supervisor whose first step stops the units
-// (a new daemon holds no lease: rule 6).
+// (a new daemon holds no lease: rule 6). log must never block its caller
+// (the daemon's is a logging.Async): steps write their journal entries
+// under the supervisor's lock, before the stop they ask for is issued.
 func New(lease string, units []string, node string, m policy.Machine, store Records, u Units, clock Clock, log *slog.Logger) *Supervisor {
 	s := &Supervisor{
 		Lease: lease, Units: units, Node: node,

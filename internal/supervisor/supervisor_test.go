@@ -25,6 +25,7 @@ type fakeStore struct {
 	mu sync.Mutex
 
 	raw          string // "": missing
+	cut          bool   // Redis unreachable: every request's outcome is unknown
 	noRelease    bool
 	releases     int
 	tokenCounter int
@@ -48,6 +49,9 @@ func (f *fakeStore) write(r policy.Record) policy.Record {
 func (f *fakeStore) Observe(context.Context, string) (policy.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.cut {
+		return policy.Record{}, redislease.ErrUnknown
+	}
 	return f.current()
 }
 
@@ -65,6 +69,9 @@ func (f *fakeStore) Acquire(_ context.Context, _ string, seen policy.Record) (po
 func (f *fakeStore) Renew(_ context.Context, _ string, held policy.Record) (policy.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.cut {
+		return policy.Record{}, redislease.ErrUnknown
+	}
 	if f.raw == "" {
 		return policy.Record{}, redislease.ErrMissing
 	}
@@ -79,6 +86,9 @@ func (f *fakeStore) Renew(_ context.Context, _ string, held policy.Record) (poli
 func (f *fakeStore) Release(_ context.Context, _ string, held policy.Record) (policy.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.cut {
+		return policy.Record{}, redislease.ErrUnknown
+	}
 	if f.noRelease {
 		f.t.Errorf("release of %v: this test forbids it", held)
 	}
@@ -157,12 +167,12 @@ var testTiming = policy.Timing{Retry: time.Second, RenewDeadline: 2 * time.Secon
 
 // supervise runs a supervisor in a synctest bubble: time is fake, so the
 // test takes microseconds and time.Sleep advances it deterministically.
-func supervise(t *testing.T, store *fakeStore, units *fakeUnits, logs *bytes.Buffer) (*Supervisor, context.CancelFunc) {
+func supervise(t *testing.T, store *fakeStore, units *fakeUnits, log *slog.Logger) (*Supervisor, context.CancelFunc) {
 	m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New("demo", []string{"demo.service"}, "node-a", m, store, units, MonotonicClock(), logging.Text(logs, slog.LevelDebug))
+	s := New("demo", []string{"demo.service"}, "node-a", m, store, units, MonotonicClock(), log)
 	ctx, cancel := context.WithCancel(t.Context())
 	s.Start(ctx)
 	return s, cancel
@@ -171,7 +181,7 @@ func supervise(t *testing.T, store *fakeStore, units *fakeUnits, logs *bytes.Buf
 func TestSupervisorAcquiresStartsAndRenews(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store, units, logs := &fakeStore{t: t, noRelease: true}, &fakeUnits{}, &bytes.Buffer{}
-		s, cancel := supervise(t, store, units, logs)
+		s, cancel := supervise(t, store, units, logging.Text(logs, slog.LevelDebug))
 		defer cancel()
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
@@ -195,7 +205,7 @@ func TestSupervisorAcquiresStartsAndRenews(t *testing.T) {
 func TestSupervisorStopsAtOnceOnLossAndNeverReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store, units, logs := &fakeStore{t: t, noRelease: true}, &fakeUnits{}, &bytes.Buffer{}
-		s, cancel := supervise(t, store, units, logs)
+		s, cancel := supervise(t, store, units, logging.Text(logs, slog.LevelDebug))
 		defer cancel()
 		time.Sleep(20 * time.Second)
 		store.steal()
@@ -217,7 +227,7 @@ func TestSupervisorNeverAcquiresGarbageAndReportsItOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store, units, logs := &fakeStore{t: t, noRelease: true}, &fakeUnits{}, &bytes.Buffer{}
 		store.set("not a record")
-		_, cancel := supervise(t, store, units, logs)
+		_, cancel := supervise(t, store, units, logging.Text(logs, slog.LevelDebug))
 		defer cancel()
 		time.Sleep(60 * time.Second)
 		synctest.Wait()
@@ -236,7 +246,7 @@ func TestSupervisorNeverAcquiresGarbageAndReportsItOnce(t *testing.T) {
 func TestSupervisorHandoffStopsThenReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store, units, logs := &fakeStore{t: t}, &fakeUnits{}, &bytes.Buffer{}
-		s, cancel := supervise(t, store, units, logs)
+		s, cancel := supervise(t, store, units, logging.Text(logs, slog.LevelDebug))
 		defer cancel()
 		time.Sleep(20 * time.Second)
 		s.Handoff(t.Context())
@@ -416,4 +426,83 @@ func TestSupervisorNudgesWhileAStepHangsAreOne(t *testing.T) {
 		t.Errorf("100 nudges while a step hangs left %d goroutines waiting, want 1", grew)
 	}
 	close(h.gate)
+}
+
+// switchedHandler passes entries to the text log until blocked, then
+// holds every write until released, like a journald that stopped reading.
+type switchedHandler struct {
+	slog.Handler
+	mu      *sync.Mutex
+	blocked *chan struct{} // non-nil while writes block
+}
+
+func newSwitchedHandler(w *bytes.Buffer) switchedHandler {
+	return switchedHandler{Handler: slog.NewTextHandler(w, nil), mu: &sync.Mutex{}, blocked: new(chan struct{})}
+}
+
+func (h switchedHandler) block() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.blocked = make(chan struct{})
+}
+
+func (h switchedHandler) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	close(*h.blocked)
+	*h.blocked = nil
+}
+
+func (h switchedHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	gate := *h.blocked
+	h.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h switchedHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	h.Handler = h.Handler.WithAttrs(as)
+	return h
+}
+
+// TestSupervisorStopsInTimeWhileTheJournalIsBlocked: a leader cut off
+// from Redis stops its unit at its deadline even though journald stopped
+// reading: no step waits on a journal write.
+func TestSupervisorStopsInTimeWhileTheJournalIsBlocked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, units, logs := &fakeStore{t: t, noRelease: true}, &fakeUnits{}, &bytes.Buffer{}
+		h := newSwitchedHandler(logs)
+		journal := logging.NewAsync(h, 1) // as the daemon's, with room for one entry
+		s, cancel := supervise(t, store, units, slog.New(journal))
+		defer cancel()
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if running, _, _ := units.state(); !running || !s.Holding() {
+			t.Fatal("not leading after 20s")
+		}
+		h.block()
+		store.mu.Lock()
+		store.cut = true
+		store.mu.Unlock()
+		// The deadline is retry + renew_deadline (3s) after the last
+		// renewal sent, which was within the last retry.
+		time.Sleep(testTiming.Retry + testTiming.RenewDeadline + time.Millisecond)
+		synctest.Wait()
+		running, _, _ := units.state()
+		dropped := journal.Dropped()
+		h.release()
+		cancel()
+		if !journal.Close(time.Second) {
+			t.Fatal("the journal queue was not written once the journal read again")
+		}
+		if running {
+			t.Fatalf("the unit still runs past the deadline while the journal is blocked:\n%s", logs)
+		}
+		if dropped == 0 || !strings.Contains(logs.String(), fmt.Sprintf("UNITLEASE_EVENT=journal_dropped UNITLEASE_DROPPED=%d", dropped)) {
+			t.Fatalf("%d entries dropped while the journal was blocked, and not reported as such:\n%s", dropped, logs)
+		}
+	})
 }
