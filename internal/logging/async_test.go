@@ -2,8 +2,8 @@ package logging
 
 import (
 	"bytes"
-	"fmt"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
