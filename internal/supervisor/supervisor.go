@@ -49,15 +49,6 @@ type Units interface {
 	Stop(ctx context.Context, unit string) (killed bool, err error)
 }
 
-// Clock reads the monotonic clock (rule 5).
-type Clock func() policy.Instant
-
-// MonotonicClock counts from now on the monotonic clock.
-func MonotonicClock() Clock {
-	start := time.Now()
-	return func() policy.Instant { return policy.Instant(time.Since(start)) }
-}
-
 // Supervisor keeps one lease: its units run on this node only while the
 // policy says it holds the lease.
 //

@@ -13,6 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
@@ -505,4 +507,95 @@ func TestSupervisorStopsInTimeWhileTheJournalIsBlocked(t *testing.T) {
 			t.Fatalf("%d entries dropped while the journal was blocked, and not reported as such:\n%s", dropped, logs)
 		}
 	})
+}
+
+// fakeOffset is CLOCK_BOOTTIME's lead over CLOCK_MONOTONIC as a test
+// sets it: suspend adds to it, as a suspend does; fail makes reads fail.
+type fakeOffset struct {
+	mu   sync.Mutex
+	o    Offset
+	fail bool
+}
+
+func (f *fakeOffset) read() (Offset, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		return Offset{}, fmt.Errorf("clock_gettime: invalid argument")
+	}
+	return f.o, nil
+}
+
+func (f *fakeOffset) set(o Offset, fail bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.o, f.fail = o, fail
+}
+
+// suspend is a suspend of d: CLOCK_BOOTTIME ran on, CLOCK_MONOTONIC
+// (and with it the runtime's timers, and synctest's fake time) did not.
+func (f *fakeOffset) suspend(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.o.Lo += d
+	f.o.Hi += d
+}
+
+// TestSuspendClockCountsASuspend: the clock is the runtime's monotonic
+// reading plus the suspends since it began; a wider bracket or a failed
+// read never takes it back. (Before, MonotonicClock read time.Since
+// alone: a suspend of an hour counted nothing.)
+func TestSuspendClockCountsASuspend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		off := &fakeOffset{o: Offset{Lo: 5 * time.Second, Hi: 5 * time.Second}}
+		clock := SuspendClock(off.read)
+		time.Sleep(2 * time.Second)
+		if got := clock(); got != policy.Instant(2*time.Second) {
+			t.Fatalf("after 2s awake the clock reads %v", got)
+		}
+		off.suspend(time.Hour)
+		if got := clock(); got != policy.Instant(time.Hour+2*time.Second) {
+			t.Fatalf("after 2s awake and an hour suspended the clock reads %v, want +1h0m2s", got)
+		}
+		// A bracket widened by a preempted read: its lower end is below
+		// what was read before. The clock stays where it was.
+		off.set(Offset{Lo: 5*time.Second + time.Hour - time.Millisecond, Hi: 5*time.Second + time.Hour + time.Millisecond}, false)
+		if got := clock(); got != policy.Instant(time.Hour+2*time.Second) {
+			t.Fatalf("a wide bracket moved the clock to %v", got)
+		}
+		off.set(Offset{}, true)
+		time.Sleep(time.Second)
+		if got := clock(); got != policy.Instant(time.Hour+3*time.Second) {
+			t.Fatalf("with the offset unreadable the clock reads %v, want the runtime's second on top of what it had", got)
+		}
+	})
+}
+
+// TestReadOffsetBracketsTheKernelClocks reads the real clocks:
+// CLOCK_BOOTTIME is never behind CLOCK_MONOTONIC, the bracket is ordered,
+// and MonotonicClock is never ahead of CLOCK_BOOTTIME read around it. No
+// suspend happens here, so this checks the reads, not the counting (which
+// TestSuspendClockCountsASuspend does).
+func TestReadOffsetBracketsTheKernelClocks(t *testing.T) {
+	boot := func() time.Duration {
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ts.Nano())
+	}
+	o, err := ReadOffset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Hi < 0 || o.Lo > o.Hi {
+		t.Fatalf("offset %+v: want 0 <= Hi and Lo <= Hi", o)
+	}
+	b0 := boot()
+	clock := MonotonicClock()
+	runtime.Gosched()
+	got := clock()
+	if b1 := boot(); got < 0 || got.Sub(0) > b1-b0 {
+		t.Fatalf("the clock read %v while CLOCK_BOOTTIME moved %v", got, b1-b0)
+	}
 }
