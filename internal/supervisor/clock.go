@@ -26,7 +26,7 @@ type Clock func() policy.Instant
 // It is SuspendClock(ReadOffset): the runtime's monotonic reading plus
 // the suspends since. It does not make the runtime's timers count a
 // suspend: a timer set before one fires as much later as the suspend was
-// long.
+// long, so after a resume the daemon calls Supervisor.Wake.
 func MonotonicClock() Clock { return SuspendClock(ReadOffset) }
 
 // Offset is a reading of how far CLOCK_BOOTTIME is ahead of

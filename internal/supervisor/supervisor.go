@@ -198,6 +198,27 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 	return out, true
 }
 
+// Wake re-arms the timer from the clock: to fire at once if the
+// machine's wake-up has come, else when it comes on the clock; then the
+// timer steps a Tick on its own goroutine, as always. The runtime's timers
+// run on CLOCK_MONOTONIC, which stands still while the machine is
+// suspended, so after a resume a timer fires as much later as the suspend
+// was long; the clock counted the suspend (MonotonicClock), and Wake
+// brings the timer back in line with it. The daemon calls it on every
+// supervisor when it notices a resume.
+//
+// It never steps on the caller's goroutine and never waits for an action,
+// only for a step under way to finish. Before Start, after the end, and
+// while the machine wants no wake-up, it does nothing.
+func (s *Supervisor) Wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started || s.ended || s.wake == policy.Never {
+		return
+	}
+	s.timer.Reset(max(0, s.wake.Sub(s.clock())))
+}
+
 // Nudge asks for an observation now: a release or acquisition was
 // published. It never blocks, and nudges that come while one is on its
 // way are one.

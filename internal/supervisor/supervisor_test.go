@@ -599,3 +599,100 @@ func TestReadOffsetBracketsTheKernelClocks(t *testing.T) {
 		t.Fatalf("the clock read %v while CLOCK_BOOTTIME moved %v", got, b1-b0)
 	}
 }
+
+// TestSupervisorWakeAfterASuspendStopsAtOnce: a leader whose machine
+// slept for an hour (its peer took the lease meanwhile) stops its unit on
+// Wake, before any of its runtime timers fires: the step sees its
+// deadline an hour past. Without Wake the unit would run on until its
+// renewal timer fired and the renewal came back lost.
+func TestSupervisorWakeAfterASuspendStopsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, units, logs, off := &fakeStore{t: t}, &fakeUnits{}, &bytes.Buffer{}, &fakeOffset{}
+		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, SuspendClock(off.read), logging.Text(logs, slog.LevelDebug))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		s.Start(ctx)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if running, _, _ := units.state(); !running || !s.Holding() {
+			t.Fatal("not leading after 20s")
+		}
+		store.steal() // the peer, whose clock ran, took the lease
+		off.suspend(time.Hour)
+		s.Wake()
+		synctest.Wait() // no fake time passes: no runtime timer set before can fire
+		if running, _, _ := units.state(); running {
+			t.Fatalf("the unit still runs on resume, an hour past its deadline:\n%s", logs)
+		}
+		i, j := strings.Index(logs.String(), "UNITLEASE_EVENT=renew_failed"), strings.Index(logs.String(), "UNITLEASE_EVENT=lost")
+		if i < 0 || (j >= 0 && j < i) {
+			t.Fatalf("the stop was not the deadline's (renew_failed before any lost):\n%s", logs)
+		}
+	})
+}
+
+// timedStore records when each successful renewal was sent (the fake
+// store answers at once, so when it was answered).
+type timedStore struct {
+	*fakeStore
+	renewed time.Time
+}
+
+func (s *timedStore) Renew(ctx context.Context, name string, held policy.Record) (policy.Record, error) {
+	rec, err := s.fakeStore.Renew(ctx, name, held)
+	if err == nil {
+		s.mu.Lock()
+		s.renewed = time.Now()
+		s.mu.Unlock()
+	}
+	return rec, err
+}
+
+func (s *timedStore) lastRenewal() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewed
+}
+
+// TestSupervisorWakeKeepsTheTimerOnTheClock: after a suspend shorter
+// than the time left to the next renewal, Wake re-arms the timer so the
+// renewal goes out when the clock (which counted the suspend) reaches it,
+// not as much later as the suspend was long; and a Wake with nothing due
+// steps nothing.
+func TestSupervisorWakeKeepsTheTimerOnTheClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, off := &timedStore{fakeStore: &fakeStore{t: t, noRelease: true}}, &fakeOffset{}
+		s := New("demo", []string{"demo.service"}, "node-a", m, store, &fakeUnits{}, SuspendClock(off.read), logging.Text(&bytes.Buffer{}, slog.LevelInfo))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		s.Start(ctx)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		last := store.lastRenewal()
+		left := time.Until(last.Add(testTiming.Retry)) // no renew grid: due retry after the last
+		if !s.Holding() || left <= 0 {
+			t.Fatalf("holding %t, next renewal in %v: the test needs a leader with one ahead", s.Holding(), left)
+		}
+		s.Wake()
+		synctest.Wait()
+		if got := store.lastRenewal(); !got.Equal(last) {
+			t.Fatalf("a Wake with nothing due renewed %v early", last.Add(testTiming.Retry).Sub(got))
+		}
+		slept := left / 2
+		off.suspend(slept)
+		s.Wake()
+		time.Sleep(left - slept)
+		synctest.Wait()
+		if got := store.lastRenewal(); !got.Equal(time.Now()) {
+			t.Fatalf("the renewal due now on the clock (after a %v suspend) was not sent; the last was %v ago", slept, time.Since(got))
+		}
+	})
+}
