@@ -63,6 +63,8 @@ type Daemon struct {
 	clock  supervisor.Clock
 	notify func(string)
 
+	again chan struct{} // asks the loop for another reload
+
 	mu       sync.Mutex
 	sups     map[string]*running // by lease
 	problems []string            // config errors of the last discovery
@@ -75,13 +77,16 @@ type Daemon struct {
 type running struct {
 	sup    *supervisor.Supervisor
 	cancel context.CancelFunc
+	// removing: the lease is being handed off to be unmanaged; a reload
+	// leaves it alone until that is done (it may wait on a failed stop).
+	removing bool
 }
 
 // New returns a daemon; Run starts it.
 func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Manager, ucfg unitctl.Config, notify func(string)) *Daemon {
 	ucfg.StopWait = cfg.Timing.StopWait
 	return &Daemon{cfg: cfg, log: log.With(logging.Node, cfg.Node), store: store, sd: sd, ucfg: ucfg,
-		clock: supervisor.MonotonicClock(), notify: notify, sups: map[string]*running{}}
+		clock: supervisor.MonotonicClock(), notify: notify, sups: map[string]*running{}, again: make(chan struct{}, 1)}
 }
 
 func (d *Daemon) running() []*running {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	sdaemon "github.com/coreos/go-systemd/v22/daemon"
 
@@ -72,9 +71,11 @@ func (d *Daemon) loop(ctx context.Context, sd *unitctl.Systemd, serveErr <-chan 
 		select {
 		case <-ctx.Done():
 			d.log.Info("stopping: handing off every lease this node holds", logging.Event, "daemon_stop")
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.shutdownLimit())
-			defer cancel()
-			d.Shutdown(sctx)
+			// No limit of its own: a stop that failed keeps the lease
+			// held until it succeeds, and systemd's TimeoutStopSec=
+			// bounds the wait; every other lease is released within a
+			// stop and a release.
+			d.Shutdown(context.WithoutCancel(ctx))
 			return nil
 		case err := <-serveErr:
 			if err != nil {
@@ -86,15 +87,10 @@ func (d *Daemon) loop(ctx context.Context, sd *unitctl.Systemd, serveErr <-chan 
 		case <-reloads:
 			d.log.Info("systemd reloaded: reloading annotations", logging.Event, "reload")
 			d.Reload(ctx)
+		case <-d.again:
+			d.Reload(ctx) // a removal that waited on a failed stop ended
 		}
 	}
-}
-
-// shutdownLimit bounds a shutdown: a stop, a release, and slack. A stop
-// that fails for good ends the wait earlier.
-func (d *Daemon) shutdownLimit() time.Duration {
-	t := d.cfg.Timing
-	return t.StopWait + 2*t.ReplyMax + 5*time.Second
 }
 
 func warnDurability(ctx context.Context, store *redislease.Store, log *slog.Logger) {

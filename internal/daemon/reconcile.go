@@ -31,11 +31,14 @@ func (d *Daemon) Reload(ctx context.Context) {
 	d.mu.Lock()
 	d.problems = problems
 	current := map[string][]string{}
+	busy := map[string]bool{} // being removed: left alone until done
 	for lease, r := range d.sups {
 		current[lease] = r.sup.Units
+		busy[lease] = r.removing
 	}
 	d.mu.Unlock()
 	remove, add := reconcile(current, found)
+	add = slices.DeleteFunc(add, func(lease string) bool { return busy[lease] })
 	managed := map[string]bool{} // units managed after this reload, under any lease
 	for _, units := range found {
 		for _, u := range units {
@@ -175,14 +178,42 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 // longer does, then ends its supervisor and removes the drop-ins of the
 // units not in keep (a unit managed under another lease from now on keeps
 // its drop-in, and its guard).
+//
+// A stop that failed keeps the lease held: its supervisor goes on
+// renewing and trying the stop again, its drop-in (and guard) stays, and
+// status shows it stop_failed. Once the units are confirmed inactive and
+// the lease released, the removal ends, and the loop reloads in case the
+// lease was annotated again meanwhile. A failed stop never lets the lease
+// lapse to a peer while the units may still run.
 func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool) {
 	d.mu.Lock()
 	r := d.sups[lease]
-	d.mu.Unlock()
-	if r == nil {
+	if r == nil || r.removing {
+		d.mu.Unlock()
 		return
 	}
+	r.removing = true
+	d.mu.Unlock()
 	d.relinquish(ctx, r.sup)
+	if r.sup.Holding() {
+		d.log.Error(fmt.Sprintf("%s: no longer annotated, but not confirmed inactive: lease %s stays held here until it stops",
+			strings.Join(r.sup.Units, ", "), lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, lease)...)
+		go func() {
+			d.waitFor(ctx, func() bool { return !r.sup.Holding() })
+			d.end(ctx, lease, r, keep)
+			select {
+			case d.again <- struct{}{}:
+			default:
+			}
+		}()
+		return
+	}
+	d.end(ctx, lease, r, keep)
+}
+
+// end ends a lease's supervisor, which holds nothing, and unmanages its
+// units.
+func (d *Daemon) end(ctx context.Context, lease string, r *running, keep map[string]bool) {
 	r.cancel()
 	<-r.sup.Done()
 	d.mu.Lock()
@@ -231,12 +262,23 @@ func (d *Daemon) waitFor(ctx context.Context, cond func() bool) bool {
 }
 
 // Shutdown stops every unit this node runs, waits for inactive, releases
-// and returns: what SIGTERM does.
+// and returns: what SIGTERM does. A lease whose stop failed stays held,
+// renewed while the stop is tried again, until its units stop or ctx
+// ends (systemd kills a daemon that does not stop within its
+// TimeoutStopSec=): a failed stop never lets the lease lapse while this
+// daemon lives.
 func (d *Daemon) Shutdown(ctx context.Context) {
 	d.notify("STOPPING=1")
 	var wg sync.WaitGroup
 	for _, r := range d.running() {
-		wg.Go(func() { d.relinquish(ctx, r.sup) })
+		wg.Go(func() {
+			d.relinquish(ctx, r.sup)
+			if r.sup.Holding() {
+				d.log.Error(fmt.Sprintf("%s: not confirmed inactive: lease %s stays held, and the daemon does not exit, until it stops",
+					strings.Join(r.sup.Units, ", "), r.sup.Lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, r.sup.Lease)...)
+				d.waitFor(ctx, func() bool { return !r.sup.Holding() })
+			}
+		})
 	}
 	wg.Wait()
 	for _, r := range d.running() {

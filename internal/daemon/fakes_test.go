@@ -1,0 +1,195 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/unitlease/unitlease/policy"
+	"github.com/unitlease/unitlease/redislease"
+	"github.com/unitlease/unitlease/unitctl"
+)
+
+// memStore is the lease store in memory, with the scripts' semantics,
+// for one node ("node-a"): every lease key, by name.
+type memStore struct {
+	mu     sync.Mutex
+	raw    map[string]string // "": missing
+	tokens int
+}
+
+func newMemStore() *memStore { return &memStore{raw: map[string]string{}} }
+
+func (f *memStore) current(name string) policy.Record {
+	raw := f.raw[name]
+	if raw == "" {
+		return policy.Absent
+	}
+	rec, _ := redislease.Decode(name, raw)
+	return rec
+}
+
+func (f *memStore) write(name string, r policy.Record) policy.Record {
+	f.raw[name] = redislease.Encode(r)
+	return f.current(name)
+}
+
+// record is the lease's record now.
+func (f *memStore) record(name string) policy.Record {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.current(name)
+}
+
+func (f *memStore) Observe(_ context.Context, name string) (policy.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.current(name), nil
+}
+
+func (f *memStore) Acquire(_ context.Context, name string, seen policy.Record) (policy.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur := f.current(name)
+	if !seen.Same(cur) {
+		return policy.Record{}, &redislease.ConflictError{Key: name, Current: cur}
+	}
+	f.tokens++
+	return f.write(name, policy.Record{Holder: "node-a", Version: seen.Version + 1, Token: fmt.Sprintf("%032x", f.tokens)}), nil
+}
+
+func (f *memStore) owned(name string, held policy.Record) (policy.Record, error) {
+	cur := f.current(name)
+	switch {
+	case !cur.Present:
+		return cur, redislease.ErrMissing
+	case cur.Released || cur.Holder != held.Holder || cur.Token != held.Token || cur.Version != held.Version:
+		return cur, &redislease.LostError{Key: name, Current: cur}
+	}
+	return cur, nil
+}
+
+func (f *memStore) Renew(_ context.Context, name string, held policy.Record) (policy.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, err := f.owned(name, held)
+	if err != nil {
+		return policy.Record{}, err
+	}
+	cur.Version++
+	return f.write(name, cur), nil
+}
+
+func (f *memStore) Release(_ context.Context, name string, held policy.Record) (policy.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, err := f.owned(name, held)
+	if err != nil {
+		return policy.Record{}, err
+	}
+	cur.Version++
+	cur.Released = true
+	return f.write(name, cur), nil
+}
+
+func (f *memStore) Watchers(context.Context, string) (int, error) { return 2, nil }
+
+func (f *memStore) Wakeups(ctx context.Context, _ []string) <-chan redislease.Wake {
+	ch := make(chan redislease.Wake)
+	context.AfterFunc(ctx, func() { close(ch) })
+	return ch
+}
+
+func (f *memStore) List(context.Context) ([]redislease.Entry, error) { return nil, nil }
+
+func (f *memStore) Durability(context.Context) redislease.Durability { return redislease.Durability{} }
+
+// fakeSystemd is systemd for the daemon's tests: the annotated units
+// (unit -> lease), their states, and units whose stop fails (they stay
+// active, as a process in uninterruptible sleep would keep them).
+type fakeSystemd struct {
+	mu          sync.Mutex
+	annotated   map[string]string // unit -> lease
+	active      map[string]bool
+	stuck       map[string]bool // Stop fails
+	uninstalled []string
+}
+
+func newFakeSystemd(annotated map[string]string) *fakeSystemd {
+	return &fakeSystemd{annotated: annotated, active: map[string]bool{}, stuck: map[string]bool{}}
+}
+
+func (f *fakeSystemd) set(fn func(*fakeSystemd)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeSystemd) isActive(unit string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.active[unit]
+}
+
+func (f *fakeSystemd) Start(_ context.Context, unit string) error {
+	f.set(func(f *fakeSystemd) { f.active[unit] = true })
+	return nil
+}
+
+func (f *fakeSystemd) Stop(_ context.Context, unit string, stopWait time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stuck[unit] && f.active[unit] {
+		return fmt.Errorf("%s: %w", unit, unitctl.ErrStopFailed)
+	}
+	f.active[unit] = false
+	return nil
+}
+
+func (f *fakeSystemd) ActiveState(_ context.Context, unit string) (string, error) {
+	if f.isActive(unit) {
+		return "active", nil
+	}
+	return "inactive", nil
+}
+
+func (f *fakeSystemd) StartOrder(_ context.Context, units []string) ([]string, error) {
+	return units, nil
+}
+
+func (f *fakeSystemd) Discover(context.Context, ...string) ([]unitctl.Annotation, []error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var anns []unitctl.Annotation
+	for u, l := range f.annotated {
+		anns = append(anns, unitctl.Annotation{Unit: u, Lease: l})
+	}
+	slices.SortFunc(anns, func(a, b unitctl.Annotation) int { return strings.Compare(a.Unit, b.Unit) })
+	return anns, nil
+}
+
+func (f *fakeSystemd) Validate(_ context.Context, unit string, _ unitctl.Config) (*unitctl.Plan, error) {
+	return &unitctl.Plan{Unit: unit}, nil
+}
+
+func (f *fakeSystemd) Install(context.Context, []*unitctl.Plan) (map[string]error, error) {
+	return nil, nil
+}
+
+func (f *fakeSystemd) Uninstall(_ context.Context, _ unitctl.Config, units []string) error {
+	f.set(func(f *fakeSystemd) { f.uninstalled = append(f.uninstalled, units...) })
+	return nil
+}
+
+func (f *fakeSystemd) Watch(ctx context.Context, _ []string, _ time.Duration) <-chan unitctl.Event {
+	ch := make(chan unitctl.Event)
+	context.AfterFunc(ctx, func() { close(ch) })
+	return ch
+}
+
+func (f *fakeSystemd) TimeoutAbort(context.Context, string) (time.Duration, error) {
+	return 2 * time.Second, nil
+}
