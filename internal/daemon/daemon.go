@@ -56,7 +56,8 @@ type LeaseStore interface {
 // Daemon runs the supervisors of every annotated unit on this node.
 type Daemon struct {
 	cfg    *config.Config
-	log    *slog.Logger
+	log    *slog.Logger // with this node's field
+	supLog *slog.Logger // for the supervisors, which add the node themselves
 	store  LeaseStore
 	sd     Manager
 	ucfg   unitctl.Config
@@ -85,7 +86,7 @@ type running struct {
 // New returns a daemon; Run starts it.
 func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Manager, ucfg unitctl.Config, notify func(string)) *Daemon {
 	ucfg.StopWait = cfg.Timing.StopWait
-	return &Daemon{cfg: cfg, log: log.With(logging.Node, cfg.Node), store: store, sd: sd, ucfg: ucfg,
+	return &Daemon{cfg: cfg, log: log.With(logging.Node, cfg.Node), supLog: log, store: store, sd: sd, ucfg: ucfg,
 		clock: supervisor.MonotonicClock(), notify: notify, sups: map[string]*running{}, again: make(chan struct{}, 1)}
 }
 
