@@ -56,6 +56,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	d.Reload(ctx)
 	d.notify("READY=1")
 	go d.watchdog(ctx, d.fitWatchdog(ctx))
+	go d.watchSuspend(ctx) // a resume wakes every lease at once
 	return d.loop(ctx, sd, serveErr)
 }
 
