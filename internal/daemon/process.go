@@ -57,6 +57,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	d.notify("READY=1")
 	go d.watchdog(ctx, d.fitWatchdog(ctx))
 	go d.watchSuspend(ctx) // a resume wakes every lease at once
+	go d.watchSleep(ctx)   // leases are handed off before the machine sleeps
 	return d.loop(ctx, sd, serveErr)
 }
 
