@@ -30,6 +30,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	if opts.Socket == "" {
 		opts.Socket = control.SocketPath
 	}
+	// Nothing of the process writes to stderr behind log's back: the log
+	// package's output (net/http's, say) and go-redis's own messages go
+	// through log, which never blocks (logging.Async).
+	slog.SetDefault(log)
+	redislease.LogTo(log)
 	store, err := redislease.New(cfg.RedisConfig())
 	if err != nil {
 		return err

@@ -23,8 +23,12 @@ const QueueMax = 16384
 // through again one entry says how many were lost. A supervisor's step
 // and the stop it asks for therefore never wait on the journal.
 //
-// The queue takes memory only for the entries in it. Close writes what
-// is queued, for at most a timeout, and ends the goroutine.
+// The queue takes memory only for the entries in it (after a burst its
+// array goes back to the heap). Attribute values are resolved when an
+// entry is queued. An entry the next handler refuses counts as dropped.
+// The report of drops follows the first batch written after them, so it
+// may come before entries that were queued before the drops. Close
+// writes what is queued, for at most a timeout, and ends the goroutine.
 type Async struct {
 	next slog.Handler
 	q    *queue
@@ -68,7 +72,7 @@ func (a *Async) Handle(_ context.Context, r slog.Record) error {
 		q.mu.Unlock()
 		return nil
 	}
-	q.items = append(q.items, queued{a.next, r.Clone()})
+	q.items = append(q.items, queued{a.next, resolved(r)})
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -124,12 +128,18 @@ func (q *queue) write() {
 		batch, q.items = q.items, batch[:0]
 		closed := q.closed
 		q.mu.Unlock()
+		failed := 0
 		for i, e := range batch {
-			_ = e.h.Handle(context.Background(), e.r)
+			if e.h.Handle(context.Background(), e.r) != nil {
+				failed++ // refused (journald restarting, say): lost too
+			}
 			batch[i] = queued{} // let the record's attributes go
 		}
 		if len(batch) > 0 {
-			q.report()
+			if cap(batch) > 256 {
+				batch = nil // a burst's array goes back to the heap
+			}
+			q.report(failed)
 			continue
 		}
 		if closed {
@@ -139,10 +149,12 @@ func (q *queue) write() {
 	}
 }
 
-// report writes how many entries were dropped since the last report, once
-// a write went through.
-func (q *queue) report() {
+// report writes how many entries were lost (dropped, or refused by the
+// next handler) since the last report, after a batch was written. A
+// report that is refused too keeps its count for the next one.
+func (q *queue) report(failed int) {
 	q.mu.Lock()
+	q.dropped += failed
 	n := q.dropped
 	q.dropped = 0
 	q.mu.Unlock()
@@ -152,5 +164,33 @@ func (q *queue) report() {
 	r := slog.NewRecord(time.Now(), slog.LevelWarn,
 		fmt.Sprintf("the journal did not read in time: %d entries were dropped", n), 0)
 	r.AddAttrs(slog.String(Event, DropEvent), slog.Int("UNITLEASE_DROPPED", n))
-	_ = q.root.Handle(context.Background(), r)
+	if q.root.Handle(context.Background(), r) != nil {
+		q.mu.Lock()
+		q.dropped += n
+		q.mu.Unlock()
+	}
+}
+
+// resolved is a copy of r whose attribute values are resolved now, on the
+// caller's goroutine: the writer formats them later.
+func resolved(r slog.Record) slog.Record {
+	c := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		c.AddAttrs(resolveAttr(a))
+		return true
+	})
+	return c
+}
+
+func resolveAttr(a slog.Attr) slog.Attr {
+	a.Value = a.Value.Resolve()
+	if a.Value.Kind() == slog.KindGroup {
+		g := a.Value.Group()
+		rs := make([]slog.Attr, len(g))
+		for i, m := range g {
+			rs[i] = resolveAttr(m)
+		}
+		a.Value = slog.GroupValue(rs...)
+	}
+	return a
 }
