@@ -87,7 +87,7 @@ type running struct {
 func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Manager, ucfg unitctl.Config, notify func(string)) *Daemon {
 	ucfg.StopWait = cfg.Timing.StopWait
 	return &Daemon{cfg: cfg, log: log.With(logging.Node, cfg.Node), supLog: log, store: store, sd: sd, ucfg: ucfg,
-		clock: supervisor.MonotonicClock(), notify: notify, sups: map[string]*running{}, again: make(chan struct{}, 1)}
+		clock: supervisor.BootClock(), notify: notify, sups: map[string]*running{}, again: make(chan struct{}, 1)}
 }
 
 func (d *Daemon) running() []*running {

@@ -15,7 +15,7 @@ import (
 // one.
 type Clock func() policy.Instant
 
-// MonotonicClock counts from now on CLOCK_BOOTTIME: like CLOCK_MONOTONIC
+// BootClock counts from now on CLOCK_BOOTTIME: like CLOCK_MONOTONIC
 // it never goes back and ignores the wall clock, and unlike it, it counts
 // the time the machine was suspended. A leader whose machine slept
 // through its deadline therefore sees the deadline passed on its first
@@ -27,7 +27,7 @@ type Clock func() policy.Instant
 // the suspends since. It does not make the runtime's timers count a
 // suspend: a timer set before one fires as much later as the suspend was
 // long, so after a resume the daemon calls Supervisor.Wake.
-func MonotonicClock() Clock { return SuspendClock(ReadOffset) }
+func BootClock() Clock { return SuspendClock(ReadOffset) }
 
 // Offset is a reading of how far CLOCK_BOOTTIME is ahead of
 // CLOCK_MONOTONIC: the time the machine spent suspended since boot. Both

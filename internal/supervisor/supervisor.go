@@ -203,7 +203,7 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 // timer steps a Tick on its own goroutine, as always. The runtime's timers
 // run on CLOCK_MONOTONIC, which stands still while the machine is
 // suspended, so after a resume a timer fires as much later as the suspend
-// was long; the clock counted the suspend (MonotonicClock), and Wake
+// was long; the clock counted the suspend (BootClock), and Wake
 // brings the timer back in line with it. The daemon calls it on every
 // supervisor when it notices a resume.
 //

@@ -174,7 +174,7 @@ func supervise(t *testing.T, store *fakeStore, units *fakeUnits, log *slog.Logge
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New("demo", []string{"demo.service"}, "node-a", m, store, units, MonotonicClock(), log)
+	s := New("demo", []string{"demo.service"}, "node-a", m, store, units, BootClock(), log)
 	ctx, cancel := context.WithCancel(t.Context())
 	s.Start(ctx)
 	return s, cancel
@@ -287,7 +287,7 @@ func TestSupervisorStuckOnlyWhileBusy(t *testing.T) {
 			t.Fatal(err)
 		}
 		gate := make(chan struct{})
-		clock := MonotonicClock()
+		clock := BootClock()
 		s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, clock, slog.New(gatedHandler{gate}))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
@@ -341,7 +341,7 @@ func TestSupervisorGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		units, logs := &orderedUnits{}, &bytes.Buffer{}
-		s := New("db", []string{"a.service", "b.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, MonotonicClock(), logging.Text(logs, slog.LevelInfo))
+		s := New("db", []string{"a.service", "b.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, BootClock(), logging.Text(logs, slog.LevelInfo))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		s.Start(ctx)
@@ -375,7 +375,7 @@ func TestSupervisorEventsBeforeStartAreDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 		units := &fakeUnits{}
-		s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, MonotonicClock(), logging.Text(&bytes.Buffer{}, slog.LevelInfo))
+		s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, units, BootClock(), logging.Text(&bytes.Buffer{}, slog.LevelInfo))
 		s.Nudge()
 		s.UnitFailed(t.Context())
 		s.Handoff(t.Context())
@@ -414,7 +414,7 @@ func TestSupervisorNudgesWhileAStepHangsAreOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := enteredHandler{gatedHandler{make(chan struct{})}, make(chan struct{}), &sync.Once{}}
-	s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, MonotonicClock(), slog.New(h))
+	s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t}, &fakeUnits{}, BootClock(), slog.New(h))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	s.Start(ctx)
@@ -543,7 +543,7 @@ func (f *fakeOffset) suspend(d time.Duration) {
 
 // TestSuspendClockCountsASuspend: the clock is the runtime's monotonic
 // reading plus the suspends since it began; a wider bracket or a failed
-// read never takes it back. (Before, MonotonicClock read time.Since
+// read never takes it back. (Before, BootClock read time.Since
 // alone: a suspend of an hour counted nothing.)
 func TestSuspendClockCountsASuspend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -573,7 +573,7 @@ func TestSuspendClockCountsASuspend(t *testing.T) {
 
 // TestReadOffsetBracketsTheKernelClocks reads the real clocks:
 // CLOCK_BOOTTIME is never behind CLOCK_MONOTONIC, the bracket is ordered,
-// and MonotonicClock is never ahead of CLOCK_BOOTTIME read around it. No
+// and BootClock is never ahead of CLOCK_BOOTTIME read around it. No
 // suspend happens here, so this checks the reads, not the counting (which
 // TestSuspendClockCountsASuspend does).
 func TestReadOffsetBracketsTheKernelClocks(t *testing.T) {
@@ -592,7 +592,7 @@ func TestReadOffsetBracketsTheKernelClocks(t *testing.T) {
 		t.Fatalf("offset %+v: want 0 <= Hi and Lo <= Hi", o)
 	}
 	b0 := boot()
-	clock := MonotonicClock()
+	clock := BootClock()
 	runtime.Gosched()
 	got := clock()
 	if b1 := boot(); got < 0 || got.Sub(0) > b1-b0 {
