@@ -13,6 +13,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/policy"
 )
 
@@ -103,6 +104,7 @@ func (d *Daemon) handleSleep(ctx context.Context, m sleepManager) {
 			}
 		default:
 			d.log.Info("the machine resumed: every lease reads its deadline again", logging.Event, "resumed")
+			supervisor.Resumed()
 			d.wakeAll()
 			if lock == nil {
 				if lock, err = m.Inhibit(ctx); err != nil {

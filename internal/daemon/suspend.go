@@ -81,6 +81,7 @@ func (d *Daemon) watchSuspend(ctx context.Context) {
 func (d *Daemon) resumed(slept time.Duration) {
 	d.log.Info(fmt.Sprintf("the machine was suspended for at least %v: every lease reads its deadline again", slept.Round(time.Millisecond)),
 		logging.Event, "resumed")
+	supervisor.Resumed() // the clocks read the suspend now, not up to OffsetReuse later
 	d.wakeAll()
 }
 

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,7 +28,50 @@ type Clock func() policy.Instant
 // the suspends since. It does not make the runtime's timers count a
 // suspend: a timer set before one fires as much later as the suspend was
 // long, so after a resume the daemon calls Supervisor.Wake.
-func BootClock() Clock { return SuspendClock(ReadOffset) }
+func BootClock() Clock { return SuspendClock(cachedOffset(ReadOffset)) }
+
+// OffsetReuse is how long, in the runtime's (running) time, a reading of
+// the offset serves later clock reads: the read costs three system calls
+// (several microseconds in a sandbox), and at a thousand leases the
+// clock is read hundreds of times a second, mostly in bursts on the renew
+// grid. A suspend is therefore counted up to OffsetReuse of running time
+// late, unless Resumed says one happened: next to the daemon's check for
+// a resume (SuspendCheck), it adds nothing to how long a leader may run
+// on after one.
+const OffsetReuse = 10 * time.Millisecond
+
+// resumes counts the resumes seen (Resumed): a reading taken before the
+// last one is not reused.
+var resumes atomic.Uint64
+
+// Resumed says that the machine resumed from a suspend: every clock's
+// next read reads the offset anew.
+func Resumed() { resumes.Add(1) }
+
+// cachedOffset reuses a reading of read for OffsetReuse, and never
+// across a Resumed.
+func cachedOffset(read func() (Offset, error)) func() (Offset, error) {
+	var (
+		mu   sync.Mutex
+		last Offset
+		at   time.Time // when last was read; zero: none
+		gen  uint64
+	)
+	return func() (Offset, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		g := resumes.Load()
+		if !at.IsZero() && g == gen && time.Since(at) < OffsetReuse {
+			return last, nil
+		}
+		o, err := read()
+		if err != nil {
+			return o, err
+		}
+		last, at, gen = o, time.Now(), g
+		return o, nil
+	}
+}
 
 // Offset is a reading of how far CLOCK_BOOTTIME is ahead of
 // CLOCK_MONOTONIC: the time the machine spent suspended since boot. Both
