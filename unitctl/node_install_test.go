@@ -3,6 +3,7 @@ package unitctl
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,60 @@ func TestNodeInstall(t *testing.T) {
 	}
 	if pre := show(t, "ul-inst-a.service", "ExecStartPre"); strings.Contains(pre, "/run/ul-test/guard") {
 		t.Errorf("guard still in ExecStartPre after Uninstall: %s", pre)
+	}
+}
+
+// TestNodeInstallOverride: an administrator's `systemctl edit UNIT` of a
+// managed unit writes /etc/systemd/system/UNIT.d/override.conf, which may
+// empty ExecStartPre= and set KillMode=process. systemd applies drop-ins
+// in file-name order across directories, so unitlease's drop-in must sort
+// after it: the guard stays first and KillMode= and TimeoutStopSec= stay
+// pinned, and Install's verification still passes.
+func TestNodeInstallOverride(t *testing.T) {
+	s := dialNode(t, Options{})
+	cfg := Config{StopWait: 4 * time.Second, Guard: []string{"/run/ul-test/guard"}, DaemonUnit: "ul-ovr-daemon.service"}
+	unit := "ul-ovr.service"
+	installUnits(t, map[string]string{
+		"ul-ovr-daemon.service": plainService,
+		unit:                    "[Service]\nExecStartPre=/bin/true own\nExecStart=/bin/sleep infinity\n",
+	})
+	ctx := ctxFor(t, time.Minute)
+	p, err := s.Validate(ctx, unit, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed, err := s.Install(ctx, []*Plan{p}); err != nil || len(failed) > 0 {
+		t.Fatalf("Install: %v %v", failed, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Uninstall(ctxFor(t, 30*time.Second), cfg, []string{unit}); err != nil {
+			t.Error(err)
+		}
+	})
+
+	override := unitDir + "/" + unit + ".d/override.conf"
+	writeUnitFiles(t, map[string]string{override: "[Service]\nExecStartPre=\nKillMode=process\nTimeoutStopSec=5min\n"})
+	systemctl(t, "daemon-reload") // as systemctl edit does
+
+	st, err := s.readSettings(ctx, unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("drop-ins in the order systemd applies them: %q", st.DropInPaths)
+	if i, j := slices.Index(st.DropInPaths, override), slices.Index(st.DropInPaths, cfg.DropInPath(unit)); i < 0 || j < i {
+		t.Errorf("DropInPaths %q: want %s, then %s", st.DropInPaths, override, cfg.DropInPath(unit))
+	}
+	if len(st.ExecStartPre) == 0 || !sameExec(st.ExecStartPre[0], p.guardCommand()) {
+		t.Errorf("ExecStartPre with override.conf is %s, want the guard first", describeExecs(st.ExecStartPre))
+	}
+	if st.KillMode != "control-group" {
+		t.Errorf("KillMode with override.conf is %s, want the pinned control-group", st.KillMode)
+	}
+	if limit := uint64(cfg.StopTimeout() / time.Microsecond); st.TimeoutStopUSec > limit {
+		t.Errorf("TimeoutStopUSec with override.conf is %d, want at most %d", st.TimeoutStopUSec, limit)
+	}
+	if failed, err := s.Install(ctx, []*Plan{p}); err != nil || len(failed) > 0 {
+		t.Errorf("Install again with override.conf: %v %v", failed, err)
 	}
 }
 
