@@ -1,9 +1,15 @@
 package supervisor
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/policy"
 )
 
 // TestCachedOffsetReusesAReadingUntilAResume: readings of the offset are
@@ -32,6 +38,40 @@ func TestCachedOffsetReusesAReadingUntilAResume(t *testing.T) {
 		read()
 		if reads != 3 {
 			t.Fatalf("%d reads: a reading older than OffsetReuse was reused", reads)
+		}
+	})
+}
+
+// TestSupervisorOverdueIsStuck: a supervisor whose wake-up has passed on
+// its clock by more than the watchdog allows, without a step (its runtime
+// timer did not fire: a starved runtime, or a resume nobody noticed), is
+// stuck, so the watchdog stops pinging and systemd kills the daemon,
+// whose units BindsTo= then stops. Once it steps, it is not.
+func TestSupervisorOverdueIsStuck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, units, off := &fakeStore{t: t}, &fakeUnits{}, &fakeOffset{}
+		clock := SuspendClock(off.read)
+		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, clock, logging.Text(io.Discard, slog.LevelInfo))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		s.Start(ctx)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if s.Stuck(clock(), time.Second) {
+			t.Fatal("a leader waiting for its next renewal is stuck")
+		}
+		off.suspend(time.Minute) // the clock runs a minute ahead of the runtime's timers
+		if !s.Stuck(clock(), time.Second) {
+			t.Fatal("a leader a minute past its wake-up, with no step taken, is not stuck")
+		}
+		s.Wake()
+		synctest.Wait()
+		if s.Stuck(clock(), time.Second) {
+			t.Fatal("stuck after it stepped")
 		}
 	})
 }

@@ -82,6 +82,7 @@ type Supervisor struct {
 
 	nudged  atomic.Bool  // a nudge is on its way to a step
 	busy    atomic.Int64 // 1 + the Instant a step began, or 0 between steps
+	due     atomic.Int64 // 1 + the Instant of the next wake-up, or 0 for none
 	status  atomic.Pointer[Status]
 	garbage string // the last garbage value reported, to report each once
 }
@@ -123,6 +124,7 @@ func (s *Supervisor) end() {
 	s.mu.Lock()
 	s.ended = true
 	s.timer.Stop()
+	s.due.Store(0) // no step comes any more, and none is overdue
 	s.mu.Unlock()
 	close(s.done)
 }
@@ -191,6 +193,11 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 	s.publish(now, out.Journal)
 	s.wake = out.Wake
 	if out.Wake == policy.Never {
+		s.due.Store(0)
+	} else {
+		s.due.Store(int64(out.Wake) + 1)
+	}
+	if out.Wake == policy.Never {
 		s.timer.Stop()
 	} else {
 		s.timer.Reset(max(0, out.Wake.Sub(now)))
@@ -229,11 +236,17 @@ func (s *Supervisor) Nudge() {
 }
 
 // Stuck reports whether the loop took an event more than within before
-// now and has not finished with it: the watchdog's sign of a hang. A loop
-// waiting for its next event is never stuck, however long it waits.
+// now and has not finished with it, or its wake-up passed more than
+// within before now and no step took it (its timer did not fire: a
+// starved runtime, or a resume not yet noticed): the watchdog's sign that
+// the daemon does not act on its deadlines. A loop waiting for an event
+// before its wake-up is never stuck, however long it waits.
 func (s *Supervisor) Stuck(now policy.Instant, within time.Duration) bool {
-	b := s.busy.Load()
-	return b != 0 && now.Sub(policy.Instant(b-1)) > within
+	if b := s.busy.Load(); b != 0 && now.Sub(policy.Instant(b-1)) > within {
+		return true
+	}
+	d := s.due.Load()
+	return d != 0 && now.Sub(policy.Instant(d-1)) > within
 }
 
 // Handoff feeds a planned handoff (or a shutdown) to the machine. It
