@@ -25,10 +25,27 @@ type Config struct {
 	DropInDir string
 }
 
-// DropInName is the file name of the drop-in. "50-" sorts it after the
-// usual "override.conf" and numbered drop-ins below 50, as Pacemaker's
-// 50-pacemaker.conf does.
-const DropInName = "50-unitlease.conf"
+// DropInName is the file name of the drop-in. systemd applies all of a
+// unit's drop-ins, from every directory (/etc, /run, /usr/lib, and the
+// "service.d" and "PREFIX-.service.d" directories), in the order of their
+// file names compared byte by byte, and a setting given later wins. The
+// name must sort after those administrators use: "override.conf" (what
+// `systemctl edit` writes), numbered "NN-*.conf", and local names, which
+// start with a digit or a letter. Digits sort before letters: the earlier
+// name "50-unitlease.conf" sorted before "override.conf", whose
+// ExecStartPre= and KillMode= then won. "zz-unitlease.conf" sorts after
+// all of these; only a name that starts with "zz" ("zzz.conf") or with a
+// byte above "z" can sort later ("~" would sort later still, but is
+// awkward in a shell; systemd ignores names that start with "." or end in
+// "~" or a backup suffix such as ".dpkg-old"). Such a name, or a file of
+// the same name in /etc (which hides this one in /run), does not go
+// unseen when Install runs: it verifies the settings systemd applies.
+const DropInName = "zz-unitlease.conf"
+
+// oldDropInNames are the names earlier versions gave the drop-in. A
+// drop-in of an old name lasts in /run until reboot after an upgrade:
+// Install and Uninstall remove it, so no stale guard outlives management.
+var oldDropInNames = []string{"50-unitlease.conf"}
 
 // MinStopWait is the smallest StopWait that leaves room for a SIGTERM
 // phase and a SIGKILL phase.
@@ -76,4 +93,13 @@ func (c Config) StopTimeout() time.Duration {
 // DropInPath is the drop-in file of unit.
 func (c Config) DropInPath(unit string) string {
 	return filepath.Join(c.withDefaults().DropInDir, unit+".d", DropInName)
+}
+
+// oldDropInPaths are the files unit's drop-in had under oldDropInNames.
+func (c Config) oldDropInPaths(unit string) []string {
+	var paths []string
+	for _, name := range oldDropInNames {
+		paths = append(paths, filepath.Join(c.withDefaults().DropInDir, unit+".d", name))
+	}
+	return paths
 }

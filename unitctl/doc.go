@@ -51,7 +51,7 @@
 //
 // # The drop-in
 //
-// DropInPath(unit) (/run/systemd/system/UNIT.d/50-unitlease.conf) holds:
+// DropInPath(unit) (/run/systemd/system/UNIT.d/zz-unitlease.conf) holds:
 // BindsTo= and After= on the daemon's unit, so that systemd stops the unit
 // when the daemon stops, dies or is killed by its watchdog (DESIGN.md rule
 // 6). ExecStartPre= is reset, then the guard runs first, then the unit's

@@ -2,6 +2,7 @@ package unitctl
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,8 +33,28 @@ SendSIGKILL=yes
 	if got := string(p.DropIn); got != want {
 		t.Errorf("drop-in:\n%s\nwant:\n%s", got, want)
 	}
-	if got := p.cfg.DropInPath("vpn.service"); got != "/run/systemd/system/vpn.service.d/50-unitlease.conf" {
+	if got := p.cfg.DropInPath("vpn.service"); got != "/run/systemd/system/vpn.service.d/zz-unitlease.conf" {
 		t.Errorf("path %s", got)
+	}
+	if got := p.cfg.oldDropInPaths("vpn.service"); !slices.Equal(got, []string{"/run/systemd/system/vpn.service.d/50-unitlease.conf"}) {
+		t.Errorf("old paths %q", got)
+	}
+}
+
+// TestDropInNameSortsLast: systemd applies drop-ins in byte order of their
+// file names (strcmp), so the drop-in must sort after the names
+// administrators give theirs, and after the name it had before.
+func TestDropInNameSortsLast(t *testing.T) {
+	for _, name := range append([]string{
+		"override.conf", "10-limits.conf", "50-unitlease.conf", "90-local.conf", "99-zzz.conf",
+		"Override.conf", "local.conf", "memory.conf", "timeout.conf", "zz-local.conf", "zz-b.conf",
+	}, oldDropInNames...) {
+		if name >= DropInName {
+			t.Errorf("%s does not sort before %s", name, DropInName)
+		}
+	}
+	if !strings.HasSuffix(DropInName, ".conf") || strings.HasPrefix(DropInName, ".") {
+		t.Errorf("systemd ignores a drop-in named %s", DropInName)
 	}
 }
 

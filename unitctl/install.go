@@ -35,10 +35,11 @@ func (s *Systemd) Validate(ctx context.Context, unit string, cfg Config) (*Plan,
 	return newPlan(st, cfg)
 }
 
-// Install writes the drop-in of every plan, has systemd reload once for
-// the whole batch, and checks that each drop-in is in effect as written.
-// A drop-in already on disk byte for byte is not rewritten, and if none
-// changed there is no reload unless the check finds one needed (a daemon
+// Install writes the drop-in of every plan, removes a drop-in an earlier
+// version left under an old name, has systemd reload once for the whole
+// batch, and checks that each drop-in is in effect as written. A drop-in
+// already on disk byte for byte is not rewritten, and if nothing changed
+// there is no reload unless the check finds one needed (a daemon
 // restarting, or a unit moving to another lease, changes nothing; each
 // reload makes systemd re-read every unit, and every watcher of reloads
 // look again). It returns the units whose check failed (their drop-in
@@ -48,13 +49,22 @@ func (s *Systemd) Install(ctx context.Context, plans []*Plan) (map[string]error,
 	changed := false
 	for _, p := range plans {
 		path := p.cfg.DropInPath(p.Unit)
-		if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, p.DropIn) {
-			continue
+		if cur, err := os.ReadFile(path); err != nil || !bytes.Equal(cur, p.DropIn) {
+			if err := writeAtomic(path, p.DropIn); err != nil {
+				return nil, fmt.Errorf("unitctl: install drop-in: %w", err)
+			}
+			changed = true
 		}
-		if err := writeAtomic(path, p.DropIn); err != nil {
-			return nil, fmt.Errorf("unitctl: install drop-in: %w", err)
+		// After the new file is written, so that systemd, reloading
+		// between the two, still sees the guard.
+		for _, old := range p.cfg.oldDropInPaths(p.Unit) {
+			err := os.Remove(old)
+			if err == nil {
+				changed = true
+			} else if !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("unitctl: remove the drop-in of an earlier version: %w", err)
+			}
 		}
-		changed = true
 	}
 	if changed {
 		if err := s.reload(ctx); err != nil {
@@ -87,15 +97,18 @@ func (s *Systemd) verify(ctx context.Context, plans []*Plan) map[string]error {
 	return failed
 }
 
-// Uninstall removes the drop-ins of units (written with cfg) and has
-// systemd reload once. A unit without a drop-in is no error.
+// Uninstall removes the drop-ins of units (written with cfg), under the
+// current name and the names of earlier versions, and has systemd reload
+// once. A unit without a drop-in is no error.
 func (s *Systemd) Uninstall(ctx context.Context, cfg Config, units []string) error {
 	cfg = cfg.withDefaults()
 	var errs []error
 	for _, u := range units {
 		path := cfg.DropInPath(u)
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+		for _, p := range append([]string{path}, cfg.oldDropInPaths(u)...) {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 		_ = os.Remove(filepath.Dir(path)) // only if empty
 	}

@@ -3,6 +3,7 @@ package unitctl
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -141,6 +142,80 @@ func TestNodeInstallOverride(t *testing.T) {
 	}
 	if failed, err := s.Install(ctx, []*Plan{p}); err != nil || len(failed) > 0 {
 		t.Errorf("Install again with override.conf: %v %v", failed, err)
+	}
+}
+
+// TestNodeInstallOldDropIn: after an upgrade the drop-in an earlier version
+// wrote under an old name is still in /run. Validate sees through it,
+// Install replaces it with one reload, and Uninstall removes it too when
+// it is all that is left.
+func TestNodeInstallOldDropIn(t *testing.T) {
+	s := dialNode(t, Options{})
+	cfg := Config{StopWait: 4 * time.Second, Guard: []string{"/run/ul-test/guard"}, DaemonUnit: "ul-old-daemon.service"}
+	unit := "ul-old.service"
+	installUnits(t, map[string]string{
+		"ul-old-daemon.service": plainService,
+		unit:                    "[Service]\nExecStartPre=/bin/true own\nExecStart=/bin/sleep infinity\n",
+	})
+	ctx := ctxFor(t, time.Minute)
+	old := cfg.oldDropInPaths(unit)[0]
+	t.Cleanup(func() {
+		os.Remove(old)
+		os.Remove(cfg.DropInPath(unit))
+		os.Remove(filepath.Dir(old))
+		systemctlQuiet("daemon-reload")
+	})
+	p, err := s.Validate(ctx, unit, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plantOld := func() {
+		t.Helper()
+		if err := writeAtomic(old, p.DropIn); err != nil {
+			t.Fatal(err)
+		}
+		systemctl(t, "daemon-reload")
+	}
+	plantOld()
+
+	p, err = s.Validate(ctx, unit, cfg)
+	if err != nil {
+		t.Fatalf("Validate with the old drop-in: %v", err)
+	}
+	if len(p.ownPre) != 1 || p.ownPre[0].Path != "/bin/true" {
+		t.Errorf("own ExecStartPre= with the old drop-in: %s, want only /bin/true", describeExecs(p.ownPre))
+	}
+	reloads := countReloads(t)
+	if failed, err := s.Install(ctx, []*Plan{p}); err != nil || len(failed) > 0 {
+		t.Fatalf("Install: %v %v", failed, err)
+	}
+	if n := reloads(); n != 1 {
+		t.Errorf("Install replacing the old drop-in: %d daemon-reloads, want 1", n)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("old drop-in still there after Install: %v", err)
+	}
+	st, err := s.readSettings(ctx, unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(st.DropInPaths, []string{cfg.DropInPath(unit)}) {
+		t.Errorf("DropInPaths after Install: %q, want only %s", st.DropInPaths, cfg.DropInPath(unit))
+	}
+
+	// A unit unmanaged while only the old drop-in is there.
+	if err := os.Remove(cfg.DropInPath(unit)); err != nil {
+		t.Fatal(err)
+	}
+	plantOld()
+	if err := s.Uninstall(ctx, cfg, []string{unit}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(old)); !os.IsNotExist(err) {
+		t.Errorf("drop-in directory still there after Uninstall: %v", err)
+	}
+	if pre := show(t, unit, "ExecStartPre"); strings.Contains(pre, "/run/ul-test/guard") {
+		t.Errorf("guard still in ExecStartPre after Uninstall: %s", pre)
 	}
 }
 
