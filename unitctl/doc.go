@@ -57,6 +57,7 @@
 // 6). ExecStartPre= is reset, then the guard runs first, then the unit's
 // own ExecStartPre= commands, re-rendered. TimeoutStopSec= fits within
 // stop_wait, and KillMode= and SendSIGKILL=yes are pinned to the validated
-// values. README.md in this directory gives the reasons, the tests and the
-// measured figures.
+// values. Its name sorts after "override.conf" and numbered drop-ins, which
+// systemd applies first (see DropInName). README.md in this directory
+// gives the reasons, the tests and the measured figures.
 package unitctl
