@@ -53,6 +53,13 @@ const (
 	// standby observes now instead of at its next poll. Observing earlier
 	// is always safe; nothing depends on nudges arriving.
 	Nudge
+	// Ineligible: this node must not run the unit (its protections are
+	// defeated): a holder hands the lease off as for a handoff, and the
+	// node acquires nothing until Eligible. An acquisition already sent
+	// is given back without a start.
+	Ineligible
+	// Eligible: the node may run the unit again.
+	Eligible
 	numEvents
 )
 
@@ -62,7 +69,7 @@ var eventNames = []string{
 	"renew_ok", "renew_lost", "renew_missing", "renew_failed",
 	"release_ok", "release_failed",
 	"unit_started", "unit_start_failed", "unit_failed", "unit_stopped", "unit_stop_failed",
-	"handoff_requested", "nudge",
+	"handoff_requested", "nudge", "ineligible", "eligible",
 }
 
 func (k EventKind) String() string { return name(eventNames, "event", uint8(k)) }

@@ -68,6 +68,8 @@ type Machine struct {
 	attempts int     // renewals failed since anchor
 	tried    Instant // send of the last failed renewal
 
+	ineligible bool // this node must not run the unit: it never acquires
+
 	confirmAt Instant // Confirming: start after a renewal sent from here on
 	until     Instant // Backoff: its end; StopFailed: the next stop attempt
 }
@@ -121,6 +123,8 @@ func (m *Machine) handle(e Event, o *Output) {
 		m.handoff(o)
 	case Nudge:
 		m.nudge()
+	case Ineligible, Eligible:
+		m.eligible(e.Kind == Eligible, o)
 	}
 }
 

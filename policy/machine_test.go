@@ -533,7 +533,7 @@ func TestUnexpectedEventsChangeNothing(t *testing.T) {
 	before := d.m
 	for k := range numEvents + 2 {
 		switch k {
-		case Tick, UnitFailed, HandoffRequested:
+		case Tick, UnitFailed, HandoffRequested, Ineligible:
 			continue
 		}
 		d.m = before

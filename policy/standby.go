@@ -40,10 +40,10 @@ func (m *Machine) see(r Record) {
 
 // mayAcquire: a released record at once, anything else after the lease
 // span unchanged (the longer of this node's and the last writer's); never
-// in backoff.
+// in backoff, nor while the node is ineligible.
 func (m *Machine) mayAcquire() bool {
 	released := m.seen.Present && m.seen.Released
-	return m.state == Standby && (released || m.now.Sub(m.seenAt) >= max(m.t.LeaseSpan, m.writerSpan))
+	return m.state == Standby && !m.ineligible && (released || m.now.Sub(m.seenAt) >= max(m.t.LeaseSpan, m.writerSpan))
 }
 
 // nudge moves the next poll to now.
@@ -74,6 +74,9 @@ func (m *Machine) acquired(r Record, o *Output) {
 	m.state = Starting
 	if !m.seen.Present {
 		m.state, m.confirmAt = Confirming, m.now.Add(m.t.confirmWait())
+	}
+	if m.ineligible { // sent before the node became ineligible: give it back
+		m.giveUp(CauseIneligible, o)
 	}
 }
 

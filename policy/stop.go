@@ -56,14 +56,35 @@ func (m *Machine) leave() {
 // handoff: stop, confirm inactive, release, back off; a waiting peer
 // acquires the released record at once. Refused where nothing runs.
 func (m *Machine) handoff(o *Output) {
+	if !m.giveUp(CauseHandoff, o) {
+		o.note(JournalRefused)
+	}
+}
+
+// giveUp stops the unit if it may run, then releases and backs off, for
+// c; it reports false where the node neither holds the lease nor stops.
+func (m *Machine) giveUp(c Cause, o *Output) bool {
 	switch m.state {
 	case Starting, Leader:
 		o.note(JournalStopping)
-		m.stop(CauseHandoff)
+		m.stop(c)
 	case Confirming: // never started: release at once
-		m.state, m.cause = Releasing, CauseHandoff
+		m.state, m.cause = Releasing, c
 	case Stopping, Releasing, StopFailed:
 	default:
-		o.note(JournalRefused)
+		return false
+	}
+	return true
+}
+
+// eligible: Eligible or Ineligible. An ineligible node gives up what it
+// holds and acquires nothing until it is eligible again.
+func (m *Machine) eligible(ok bool, o *Output) {
+	if m.ineligible == !ok {
+		return
+	}
+	m.ineligible = !ok
+	if !ok {
+		m.giveUp(CauseIneligible, o)
 	}
 }

@@ -115,11 +115,13 @@ type fakeSystemd struct {
 	annotated   map[string]string // unit -> lease
 	active      map[string]bool
 	stuck       map[string]bool // Stop fails
+	refused     map[string]bool // Validate refuses
+	validated   int             // Validate calls
 	uninstalled []string
 }
 
 func newFakeSystemd(annotated map[string]string) *fakeSystemd {
-	return &fakeSystemd{annotated: annotated, active: map[string]bool{}, stuck: map[string]bool{}}
+	return &fakeSystemd{annotated: annotated, active: map[string]bool{}, stuck: map[string]bool{}, refused: map[string]bool{}}
 }
 
 func (f *fakeSystemd) set(fn func(*fakeSystemd)) {
@@ -172,6 +174,12 @@ func (f *fakeSystemd) Discover(context.Context, ...string) ([]unitctl.Annotation
 }
 
 func (f *fakeSystemd) Validate(_ context.Context, unit string, _ unitctl.Config) (*unitctl.Plan, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.validated++
+	if f.refused[unit] {
+		return nil, &unitctl.RefusedError{Unit: unit, Reasons: []string{"KillMode=process (set by an override)"}}
+	}
 	return &unitctl.Plan{Unit: unit}, nil
 }
 

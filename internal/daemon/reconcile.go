@@ -49,6 +49,11 @@ func (d *Daemon) Reload(ctx context.Context) {
 		d.remove(ctx, lease, managed)
 	}
 	d.install(ctx, found, add)
+	changed := map[string]bool{}
+	for _, lease := range append(remove, add...) {
+		changed[lease] = true
+	}
+	d.reverify(ctx, found, changed)
 	d.rewatch(ctx)
 	d.notify("STATUS=" + d.summary())
 }
@@ -143,6 +148,57 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 	for _, lease := range added {
 		if !refused[lease] {
 			d.add(ctx, lease, groups[lease])
+		}
+	}
+}
+
+// reverify checks the units of every lease this reload kept (not in
+// changed: those were just installed, or removed) again, after every
+// systemd reload: each is validated, its drop-in written again if it is
+// gone (systemctl revert removes it) and checked to be in effect. A lease
+// with a unit that fails is ineligible on this node, with a config_error:
+// a holder hands it off (stop, confirm inactive, release), and the node
+// acquires it no more until a later reload finds every unit sound. Its
+// drop-in, and the guard in it, stay where they still apply.
+func (d *Daemon) reverify(ctx context.Context, found map[string][]string, changed map[string]bool) {
+	var plans []*unitctl.Plan
+	bad := map[string]bool{}
+	leaseOf := map[string]string{}
+	for lease, units := range found {
+		if changed[lease] {
+			continue
+		}
+		for _, u := range units {
+			leaseOf[u] = lease
+			p, err := d.sd.Validate(ctx, u, d.ucfg)
+			if err != nil {
+				d.problem(d.configError(err, u))
+				bad[lease] = true
+				continue
+			}
+			plans = append(plans, p) // its warnings were logged when it was added
+		}
+	}
+	if len(plans) > 0 {
+		failed, err := d.sd.Install(ctx, plans)
+		if err != nil {
+			d.problem(d.configError(err, ""))
+			return // nothing is known of any unit: change nothing
+		}
+		for u, err := range failed {
+			d.problem(d.configError(err, u))
+			bad[leaseOf[u]] = true
+		}
+	}
+	for lease := range found {
+		if changed[lease] {
+			continue
+		}
+		d.mu.Lock()
+		r := d.sups[lease]
+		d.mu.Unlock()
+		if r != nil && !r.removing {
+			r.sup.SetEligible(ctx, !bad[lease])
 		}
 	}
 }

@@ -80,11 +80,12 @@ type Supervisor struct {
 	ended   bool            // ctx ended: events are dropped; guarded by mu
 	done    chan struct{}   // closed once ended is set
 
-	nudged  atomic.Bool  // a nudge is on its way to a step
-	busy    atomic.Int64 // 1 + the Instant a step began, or 0 between steps
-	due     atomic.Int64 // 1 + the Instant of the next wake-up, or 0 for none
-	status  atomic.Pointer[Status]
-	garbage string // the last garbage value reported, to report each once
+	nudged     atomic.Bool  // a nudge is on its way to a step
+	ineligible atomic.Bool  // the last SetEligible said no
+	busy       atomic.Int64 // 1 + the Instant a step began, or 0 between steps
+	due        atomic.Int64 // 1 + the Instant of the next wake-up, or 0 for none
+	status     atomic.Pointer[Status]
+	garbage    string // the last garbage value reported, to report each once
 }
 
 // New returns a supervisor whose first step stops the units
@@ -253,6 +254,22 @@ func (s *Supervisor) Stuck(now policy.Instant, within time.Duration) bool {
 // returns once a step took it; what the step asked (the stop) goes on.
 func (s *Supervisor) Handoff(ctx context.Context) {
 	s.send(ctx, policy.Event{Kind: policy.HandoffRequested})
+}
+
+// SetEligible says whether this node may run the lease's units (a
+// drop-in whose protections were defeated makes it ineligible): an
+// ineligible node hands the lease off and acquires it no more until it
+// is eligible again. Only a change reaches the machine; like every event,
+// it is dropped before Start.
+func (s *Supervisor) SetEligible(ctx context.Context, ok bool) {
+	if s.ineligible.Swap(!ok) == !ok {
+		return
+	}
+	kind := policy.Eligible
+	if !ok {
+		kind = policy.Ineligible
+	}
+	s.send(ctx, policy.Event{Kind: kind})
 }
 
 // UnitFailed reports that a unit failed or stopped behind the daemon's back.
