@@ -7,10 +7,14 @@
 // # What it promises
 //
 //   - Stop returns nil only once systemd reports the unit inactive or failed
-//     with no job queued. SIGKILL goes to the whole cgroup KillMargin before
-//     stopWait runs out. Any error means the stop is not confirmed; when
-//     stopWait runs out the error wraps ErrStopFailed. The caller must then
-//     not release the lease.
+//     with no job queued and no process is left in its cgroup
+//     (GetUnitProcesses): systemd reports a unit failed even when a process
+//     survived its final SIGKILL, and then Stop sends SIGKILL to the whole
+//     cgroup again until it is empty. SIGKILL goes to the whole cgroup
+//     KillMargin before stopWait runs out. Any error means the stop is not
+//     confirmed; when stopWait runs out the error wraps ErrStopFailed (and
+//     lists the processes left). The caller must then not release the
+//     lease.
 //   - Start returns nil only once the unit is active and the start job is
 //     done; a failed start is a *JobError with the job result, the state and
 //     the service's Result=.

@@ -7,8 +7,9 @@ import (
 )
 
 var (
-	// ErrStopFailed means stop_wait ran out before systemd confirmed the
-	// unit inactive: the SIGKILL did not end it, or systemd could not be
+	// ErrStopFailed means stop_wait ran out before the unit was confirmed
+	// stopped (inactive or failed, with no job queued and no process left
+	// in its cgroup): the SIGKILL did not end it, or systemd could not be
 	// reached to send it or to confirm. The caller must not release the
 	// lease.
 	ErrStopFailed = errors.New("unitctl: unit did not stop even after SIGKILL")
@@ -36,7 +37,11 @@ type UnitState struct {
 	JobType     string
 }
 
-// Stopped reports whether the unit has no process left: inactive or failed.
+// Stopped reports whether systemd reports the unit stopped: inactive or
+// failed. Processes may still be left in its cgroup: systemd enters failed
+// when one survives its final SIGKILL (a task in uninterruptible sleep),
+// and a reset-failed turns that into inactive. Stop confirms the cgroup
+// empty too.
 func (s UnitState) Stopped() bool {
 	return s.ActiveState == "inactive" || s.ActiveState == "failed"
 }
@@ -59,12 +64,13 @@ func (s UnitState) String() string {
 // error) if there was one.
 type JobError struct {
 	Unit      string
-	Op        string    // "start" or "stop"
-	JobResult string    // systemd's job result (done, canceled, timeout, failed, dependency, skipped), "" if none arrived
-	State     UnitState // the last state seen
-	Result    string    // the service's Result= (exit-code, signal, timeout, ...), when known
-	Killed    bool      // stop only: SIGKILL was sent to the whole cgroup
-	Err       error     // ErrStartFailed or ErrStopFailed
+	Op        string        // "start" or "stop"
+	JobResult string        // systemd's job result (done, canceled, timeout, failed, dependency, skipped), "" if none arrived
+	State     UnitState     // the last state seen
+	Result    string        // the service's Result= (exit-code, signal, timeout, ...), when known
+	Killed    bool          // stop only: SIGKILL was sent to the whole cgroup
+	Left      []UnitProcess // stop only: the processes last seen in the unit's cgroup
+	Err       error         // ErrStartFailed or ErrStopFailed
 	Cause     error
 }
 
@@ -79,6 +85,9 @@ func (e *JobError) Error() string {
 	}
 	if e.Op == "stop" {
 		fmt.Fprintf(&b, ", SIGKILL sent: %t", e.Killed)
+	}
+	if len(e.Left) > 0 {
+		fmt.Fprintf(&b, ", %d process(es) left in its cgroup: %v", len(e.Left), e.Left)
 	}
 	if e.Cause != nil {
 		fmt.Fprintf(&b, ": %v", e.Cause)

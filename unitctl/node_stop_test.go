@@ -175,3 +175,108 @@ func TestNodeStartAfterStartLimit(t *testing.T) {
 		t.Fatalf("Start after the start limit: %v", err)
 	}
 }
+
+// leftoverUnit is a unit whose process outlives systemd's whole stop:
+// it ignores SIGTERM, and FinalKillSignal=SIGCONT plays the SIGKILL that a
+// task in uninterruptible sleep (stuck in the kernel, on a hung NFS
+// server, say) survives; a container cannot make such a task. systemd
+// then takes its own path to the state such a task leaves: stop-sigterm
+// times out, stop-sigkill and final-sigkill send the "SIGKILL" and time
+// out, and systemd logs "Processes still around after final SIGKILL.
+// Entering failed mode." and "Unit process N (sleep) remains running
+// after unit stopped": the unit is failed, with no job, and its cgroup
+// still holds the process. TimeoutStopSec=100ms gets it there within a
+// few of systemd's timer periods (250ms each at most), well before
+// leftoverStopWait's own SIGKILL.
+func leftoverUnit(marker string) string {
+	return "[Service]\nExecStart=/bin/sh -c \"trap '' TERM; exec " + marker + "\"\nTimeoutStopSec=100ms\nFinalKillSignal=SIGCONT\n"
+}
+
+// leftoverStopWait is the stop_wait of the leftover tests: Stop's own
+// SIGKILL comes at 4.5s, after systemd has failed the unit.
+const leftoverStopWait = 5 * time.Second
+
+// TestNodeStopLeftoverProcess: a unit that systemd reports failed or
+// inactive while a process is left in its cgroup is not stopped. Stop
+// must SIGKILL what is left and return nil only once nothing is; if the
+// kill does not end it, Stop must return ErrStopFailed, never nil.
+func TestNodeStopLeftoverProcess(t *testing.T) {
+	t.Parallel()
+	t.Run("failed during Stop", func(t *testing.T) {
+		t.Parallel()
+		s := dialNode(t, Options{})
+		unit, marker := "ul-stop-left-0.service", "sleep 86404"
+		startLeftoverUnit(t, s, unit, marker)
+		if err := s.Stop(ctxFor(t, time.Minute), unit, leftoverStopWait); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		checkLeftoverGone(t, unit, marker)
+	})
+	t.Run("unkillable", func(t *testing.T) {
+		t.Parallel()
+		s := dialNode(t, Options{})
+		s.killSignal = int32(syscall.SIGCONT) // Stop's SIGKILL does not end it either
+		unit, marker := "ul-stop-left-1.service", "sleep 86405"
+		startLeftoverUnit(t, s, unit, marker)
+		err := s.Stop(ctxFor(t, time.Minute), unit, leftoverStopWait)
+		var je *JobError
+		if !errors.Is(err, ErrStopFailed) || !errors.As(err, &je) {
+			t.Fatalf("Stop = %v, want ErrStopFailed: %s is %s with %v still running", err, unit, show(t, unit, "ActiveState"), processesWith(marker))
+		}
+		t.Logf("Stop: %v", err)
+		pids := processesWith(marker)
+		if len(pids) != 1 {
+			t.Fatalf("%s: processes %v, want the one that survived", marker, pids)
+		}
+		if !je.Killed || len(je.Left) != 1 || fmt.Sprint(je.Left[0].PID) != pids[0] {
+			t.Errorf("JobError %+v: want the kill sent and PID %s left", je, pids[0])
+		}
+	})
+	for i, reset := range []bool{false, true} {
+		name := "already failed"
+		if reset {
+			name = "inactive after reset-failed"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := dialNode(t, Options{})
+			unit, marker := fmt.Sprintf("ul-stop-left-%d.service", 2+i), fmt.Sprintf("sleep %d", 86406+i)
+			startLeftoverUnit(t, s, unit, marker)
+			systemctl(t, "stop", unit) // systemd alone: returns once the unit is failed
+			if reset {
+				systemctl(t, "reset-failed", unit)
+			}
+			st := show(t, unit, "ActiveState")
+			if pids := processesWith(marker); len(pids) != 1 || st != map[bool]string{false: "failed", true: "inactive"}[reset] {
+				t.Fatalf("after systemctl stop: %s is %s with %v: the stand-in for a process that survives SIGKILL did not work", unit, st, pids)
+			}
+			t.Logf("%s is %s (Result=%s) with %s still in its cgroup %s", unit, st, show(t, unit, "Result"), marker, show(t, unit, "ControlGroup"))
+			if err := s.Stop(ctxFor(t, time.Minute), unit, leftoverStopWait); err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			checkLeftoverGone(t, unit, marker)
+		})
+	}
+}
+
+// startLeftoverUnit installs leftoverUnit(marker) as unit and starts it.
+func startLeftoverUnit(t *testing.T, s *Systemd, unit, marker string) {
+	t.Helper()
+	installUnits(t, map[string]string{unit: leftoverUnit(marker)})
+	// What no stop ends, and what the test kept alive.
+	t.Cleanup(func() { systemctlQuiet("kill", "-s", "KILL", unit) })
+	holdUnitLoaded(t, unit) // its Result and ControlGroup stay readable
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, marker+" running", func() bool { return len(processesWith(marker)) == 1 })
+}
+
+// checkLeftoverGone: once Stop returned nil, nothing of the unit runs.
+func checkLeftoverGone(t *testing.T, unit, marker string) {
+	t.Helper()
+	if left := processesWith(marker); len(left) > 0 {
+		t.Errorf("Stop returned nil with %s (PID %v) still running; %s is %s, Result=%s", marker, left, unit, show(t, unit, "ActiveState"), show(t, unit, "Result"))
+	}
+	t.Logf("%s: %s, Result=%s, processes left %v", unit, show(t, unit, "ActiveState"), show(t, unit, "Result"), processesWith(marker))
+}
