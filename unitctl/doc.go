@@ -38,6 +38,16 @@
 //   - Watch reports a state that lasts. A state that comes and goes between
 //     two reads can be missed when events are lost (a reconnect).
 //   - Only .service units are managed.
+//   - Once the daemon is gone, systemd alone stops the unit within stop_wait
+//     only if its processes die of SIGKILL. And a unit without ExecStop= or
+//     ExecStopPost= that keeps KillMode=control-group can take up to twice
+//     the stop budget: when its main process exits late in the SIGTERM
+//     phase while another process ignores SIGTERM, systemd's final SIGTERM
+//     phase waits TimeoutStopSec= again (KillMode=mixed has no such wait).
+//   - The stop phases, FinalKillSignal= and TimeoutStopFailureMode= are not
+//     pinned by the drop-in: a later edit of the unit (an ExecStop= added)
+//     takes effect, and is reported (ErrDropIn) only when the drop-in is
+//     verified again.
 //
 // # Management rules (Validate)
 //
@@ -48,10 +58,17 @@
 // RefuseManualStart= or RefuseManualStop=; it is enabled (UnitFileState
 // enabled, enabled-runtime, linked or linked-runtime); another unit pulls it
 // in through Wants=, Requires= or Upholds=, or a socket, timer or path unit
-// triggers it. A TimeoutStopSec= longer than StopWait minus KillMargin is not
-// refused: the drop-in lowers it, and the Plan's warnings say so. Restart= is
-// allowed: a stop job is never followed by an automatic restart, and a
-// restart after a crash on the holder runs the guard again.
+// triggers it; FinalKillSignal= is not SIGKILL; TimeoutStopFailureMode=abort;
+// its stop has more phases than fit the stop budget (StopWait minus
+// KillMargin) at MinStopPhase each. The phases are those systemd bounds one
+// by one with TimeoutStopSec=: each ExecStop= command, the SIGTERM phase,
+// each ExecStopPost= command, and the final SIGTERM phase (for a unit with
+// ExecStopPost=, or with ExecStop= and KillMode=control-group), each late
+// by up to 250ms of systemd's timer slack. A TimeoutStopSec= longer than a
+// phase's share is not refused: the drop-in lowers it, and the Plan's
+// warnings say so. Restart= is allowed: a stop job is never followed by an
+// automatic restart, and a restart after a crash on the holder runs the
+// guard again.
 //
 // # The drop-in
 //
@@ -59,9 +76,13 @@
 // BindsTo= and After= on the daemon's unit, so that systemd stops the unit
 // when the daemon stops, dies or is killed by its watchdog (DESIGN.md rule
 // 6). ExecStartPre= is reset, then the guard runs first, then the unit's
-// own ExecStartPre= commands, re-rendered. TimeoutStopSec= fits within
-// stop_wait, and KillMode= and SendSIGKILL=yes are pinned to the validated
-// values. Its name sorts after "override.conf" and numbered drop-ins, which
+// own ExecStartPre= commands, re-rendered. TimeoutStopSec= is each stop
+// phase's share of the budget, so that systemd alone, once the daemon is
+// gone, stops the unit within stop_wait whatever ExecStop= and
+// ExecStopPost= commands it has; KillMode= and SendSIGKILL=yes are pinned
+// to the validated values. Install verifies these, and that
+// FinalKillSignal= is still SIGKILL and TimeoutStopFailureMode= not abort.
+// Its name sorts after "override.conf" and numbered drop-ins, which
 // systemd applies first (see DropInName). README.md in this directory
 // gives the reasons, the tests and the measured figures.
 package unitctl

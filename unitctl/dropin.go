@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -14,9 +16,10 @@ type Plan struct {
 	DropIn   []byte   // the contents of DropInPath(Unit)
 	Warnings []string // what the drop-in overrides, for the log
 
-	cfg      Config
-	killMode string
-	ownPre   []execCommand // the unit's own ExecStartPre= commands, run after the guard
+	cfg       Config
+	killMode  string
+	ownPre    []execCommand // the unit's own ExecStartPre= commands, run after the guard
+	stopPhase time.Duration // TimeoutStopSec=: the share of each phase of the stop
 }
 
 // newPlan validates s and renders its drop-in.
@@ -25,7 +28,8 @@ func newPlan(s settings, cfg Config) (*Plan, error) {
 	if len(refusals) > 0 {
 		return nil, &RefusedError{Unit: s.ID, Reasons: refusals}
 	}
-	p := &Plan{Unit: s.ID, Warnings: warnings, cfg: cfg, killMode: s.KillMode, ownPre: s.ExecStartPre}
+	p := &Plan{Unit: s.ID, Warnings: warnings, cfg: cfg, killMode: s.KillMode, ownPre: s.ExecStartPre,
+		stopPhase: stopPhaseTimeout(cfg, len(stopPhases(s)))}
 	dropIn, err := p.render()
 	if err != nil {
 		return nil, &RefusedError{Unit: s.ID, Reasons: []string{err.Error()}}
@@ -42,8 +46,11 @@ func newPlan(s settings, cfg Config) (*Plan, error) {
 //     daemon. A restart of the daemon stops the unit too: a handover.
 //   - ExecStartPre= reset, the guard, then the unit's own ExecStartPre=
 //     commands again: the guard runs before anything of the unit.
-//   - TimeoutStopSec= within stop_wait, so systemd's own SIGKILL comes in
-//     time even without unitctl.
+//   - TimeoutStopSec= the share of each phase of the unit's stop (each
+//     ExecStop= command, the SIGTERM phase, each ExecStopPost= command, the
+//     final SIGTERM phase: systemd applies the timeout to each anew), so
+//     that their sum fits stop_wait and systemd alone stops the unit in
+//     time once the daemon is gone (stopPhases, stopPhaseTimeout).
 //   - KillMode= and SendSIGKILL= pinned to the validated values, so a later
 //     edit of the unit file cannot weaken them without a new validation.
 func (p *Plan) render() ([]byte, error) {
@@ -59,7 +66,7 @@ func (p *Plan) render() ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "ExecStartPre=%s\n", line)
 	}
-	fmt.Fprintf(&b, "TimeoutStopSec=%dms\n", p.cfg.StopTimeout().Milliseconds())
+	fmt.Fprintf(&b, "TimeoutStopSec=%dms\n", p.stopPhase.Milliseconds())
 	fmt.Fprintf(&b, "KillMode=%s\nSendSIGKILL=yes\n", p.killMode)
 	return b.Bytes(), nil
 }
@@ -94,8 +101,19 @@ func (p *Plan) verify(s settings) error {
 	if !slices.EqualFunc(s.ExecStartPre, want, sameExec) {
 		bad("ExecStartPre= is %s, want the guard and then the unit's own %d command(s)", describeExecs(s.ExecStartPre), len(p.ownPre))
 	}
-	if limit := uint64(p.cfg.StopTimeout() / time.Microsecond); s.TimeoutStopUSec > limit {
-		bad("TimeoutStopSec=%s exceeds %v", formatUSec(s.TimeoutStopUSec), p.cfg.StopTimeout())
+	// The phases systemd applies now: a drop-in that sorts later may have
+	// added ExecStop= or ExecStopPost= commands, each one more phase.
+	phases := stopPhases(s)
+	if limit := min(p.stopPhase, stopPhaseTimeout(p.cfg, len(phases))); limit < MinStopPhase {
+		bad("the %d phases of the stop (%s) do not fit the stop budget %v", len(phases), strings.Join(phases, ", "), p.cfg.StopTimeout())
+	} else if s.TimeoutStopUSec > uint64(limit/time.Microsecond) {
+		bad("TimeoutStopSec=%s exceeds %v, the share of each of the %d phases of the stop (%s)", formatUSec(s.TimeoutStopUSec), limit, len(phases), strings.Join(phases, ", "))
+	}
+	if s.FinalKillSignal != 0 && s.FinalKillSignal != int32(syscall.SIGKILL) {
+		bad("FinalKillSignal=%s, want SIGKILL", signalName(s.FinalKillSignal))
+	}
+	if s.TimeoutStopFailureMode == "abort" {
+		bad("TimeoutStopFailureMode=abort, want terminate or kill")
 	}
 	if s.KillMode != p.killMode || !s.SendSIGKILL {
 		bad("KillMode=%s SendSIGKILL=%t, want %s and yes", s.KillMode, s.SendSIGKILL, p.killMode)

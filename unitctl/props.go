@@ -255,11 +255,17 @@ func (s *Systemd) readSettings(ctx context.Context, unit string) (settings, erro
 		RefuseManualStart: boolean(u, "RefuseManualStart"), RefuseManualStop: boolean(u, "RefuseManualStop"),
 		Type: str(svc, "Type"), RemainAfterExit: boolean(svc, "RemainAfterExit"),
 		KillMode: str(svc, "KillMode"), SendSIGKILL: boolean(svc, "SendSIGKILL"),
-		TimeoutStopUSec: u64(svc, "TimeoutStopUSec"),
+		TimeoutStopUSec: u64(svc, "TimeoutStopUSec"), TimeoutStopFailureMode: str(svc, "TimeoutStopFailureMode"),
+		FinalKillSignal: i32(svc, "FinalKillSignal"),
 	}
-	if v, ok := svc["ExecStartPreEx"]; ok {
-		if err := dbus.Store([]any{v}, &st.ExecStartPre); err != nil {
-			return settings{}, fmt.Errorf("unitctl: %s: ExecStartPreEx: %w", unit, err)
+	for _, e := range []struct {
+		prop string
+		into *[]execCommand
+	}{{"ExecStartPreEx", &st.ExecStartPre}, {"ExecStopEx", &st.ExecStop}, {"ExecStopPostEx", &st.ExecStopPost}} {
+		if v, ok := svc[e.prop]; ok {
+			if err := dbus.Store([]any{v}, e.into); err != nil {
+				return settings{}, fmt.Errorf("unitctl: %s: %s: %w", unit, e.prop, err)
+			}
 		}
 	}
 	return st, nil
@@ -277,6 +283,11 @@ func strs(m map[string]any, k string) []string {
 
 func boolean(m map[string]any, k string) bool {
 	v, _ := m[k].(bool)
+	return v
+}
+
+func i32(m map[string]any, k string) int32 {
+	v, _ := m[k].(int32)
 	return v
 }
 

@@ -5,7 +5,10 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // settings are the properties of a unit that decide whether it can be
@@ -20,12 +23,16 @@ type settings struct {
 	RefuseManualStart            bool
 	RefuseManualStop             bool
 
-	Type            string
-	RemainAfterExit bool
-	KillMode        string
-	SendSIGKILL     bool
-	TimeoutStopUSec uint64
-	ExecStartPre    []execCommand
+	Type                   string
+	RemainAfterExit        bool
+	KillMode               string
+	SendSIGKILL            bool
+	TimeoutStopUSec        uint64
+	TimeoutStopFailureMode string // terminate, abort or kill; "" if systemd does not report it (before 246: terminate)
+	FinalKillSignal        int32  // 0 if systemd does not report it (before 240: SIGKILL)
+	ExecStartPre           []execCommand
+	ExecStop               []execCommand
+	ExecStopPost           []execCommand
 }
 
 // enabledStates are the UnitFileState values of a unit that systemd starts
@@ -69,11 +76,92 @@ func assess(s settings, cfg Config) (refusals, warnings []string) {
 			refuse("pulled in by %s (%s): starting them starts this unit, at boot without the guard; remove the dependency", strings.Join(dep.units, ", "), dep.how)
 		}
 	}
-	if budget := cfg.StopTimeout(); s.TimeoutStopUSec > uint64(budget/time.Microsecond) {
+	if s.FinalKillSignal != 0 && s.FinalKillSignal != int32(syscall.SIGKILL) {
+		refuse("FinalKillSignal=%s: systemd's last kill of a stop that timed out would not end a process, which then outlives stop_wait once the daemon is gone; remove it (the default is SIGKILL)", signalName(s.FinalKillSignal))
+	}
+	if s.TimeoutStopFailureMode == "abort" {
+		refuse("TimeoutStopFailureMode=abort: a stop phase that times out is followed by SIGABRT and a wait of TimeoutAbortSec=, outside the stop budget; use terminate (the default) or kill")
+	}
+	phases := stopPhases(s)
+	budget := cfg.StopTimeout()
+	per := stopPhaseTimeout(cfg, len(phases))
+	switch {
+	case per < MinStopPhase:
+		refuse("its stop has %d phases that systemd bounds one by one with TimeoutStopSec= (%s); within the stop budget %v (stop_wait %v minus the %v kill margin), with up to %v of systemd's timer slack after each phase but the last, each would get %v, below %v: raise stop_wait or use fewer ExecStop=/ExecStopPost= commands",
+			len(phases), strings.Join(phases, ", "), budget, cfg.StopWait, KillMargin(cfg.StopWait), systemdTimerSlack, max(per, 0), MinStopPhase)
+	case s.TimeoutStopUSec <= uint64(per/time.Microsecond):
+	case len(phases) == 1:
 		warnings = append(warnings, fmt.Sprintf("TimeoutStopSec=%s exceeds the stop budget %v (stop_wait %v minus the %v kill margin); the drop-in sets TimeoutStopSec=%v",
-			formatUSec(s.TimeoutStopUSec), budget, cfg.StopWait, KillMargin(cfg.StopWait), budget))
+			formatUSec(s.TimeoutStopUSec), budget, cfg.StopWait, KillMargin(cfg.StopWait), per))
+	default:
+		warnings = append(warnings, fmt.Sprintf("TimeoutStopSec=%s exceeds %v: systemd applies it to each of the %d phases of the stop (%s), and with up to %v of systemd's timer slack after each but the last they must fit the stop budget %v (stop_wait %v minus the %v kill margin); the drop-in sets TimeoutStopSec=%v",
+			formatUSec(s.TimeoutStopUSec), per, len(phases), strings.Join(phases, ", "), systemdTimerSlack, budget, cfg.StopWait, KillMargin(cfg.StopWait), per))
 	}
 	return refusals, warnings
+}
+
+// systemdTimerSlack is how late systemd's timeout of a stop phase may
+// fire: systemd arms it with sd-event's default accuracy, 250ms, and
+// sd-event may coalesce the wake-up anywhere within it. Measured in a
+// node (systemd 252): 168ms and 250ms late.
+const systemdTimerSlack = 250 * time.Millisecond
+
+// MinStopPhase is the shortest TimeoutStopSec= the drop-in sets. A unit
+// whose stop phases leave less to each is refused: its commands would be
+// killed before they could do anything (and a TimeoutStopSec= of 0 would
+// disable the timeout).
+const MinStopPhase = 100 * time.Millisecond
+
+// stopPhases lists the phases of a stop that systemd bounds one by one
+// with TimeoutStopSec= (each arms the timer anew), in the worst case: every
+// ExecStop= command (the next one runs only after the previous exited; one
+// that times out ends the list), the SIGTERM phase (KillSignal= to the
+// main and control processes, or the whole cgroup), every ExecStopPost=
+// command, and the final SIGTERM phase. systemd's SIGKILL phases take
+// milliseconds unless a process survives SIGKILL, which no timeout helps.
+//
+// The final SIGTERM phase waits on the cgroup after a timed-out
+// ExecStopPost= command, and, with KillMode=control-group, on whatever
+// is left when the main process exits within its SIGTERM phase while
+// another process ignores SIGTERM (measured: 3.72s for TimeoutStopSec=2s).
+// With KillMode=mixed it signals only the main and control processes, so
+// it ends at once without ExecStopPost=. It is counted for units with
+// stop commands of their own; a unit without any keeps the whole budget
+// for its SIGTERM phase, as the drop-in has always given it, and with
+// KillMode=control-group can take up to twice that (README.md, Open and
+// fragile).
+func stopPhases(s settings) []string {
+	var phases []string
+	for _, c := range s.ExecStop {
+		phases = append(phases, "ExecStop="+c.Path)
+	}
+	phases = append(phases, "the SIGTERM phase")
+	for _, c := range s.ExecStopPost {
+		phases = append(phases, "ExecStopPost="+c.Path)
+	}
+	if len(s.ExecStopPost) > 0 || len(s.ExecStop) > 0 && s.KillMode == "control-group" {
+		phases = append(phases, "the final SIGTERM phase")
+	}
+	return phases
+}
+
+// stopPhaseTimeout is the TimeoutStopSec= that fits n phases in the stop
+// budget, cfg.StopTimeout(): n timeouts, and systemd's timer slack after
+// each but the last (the kill margin left after the budget covers the
+// last one's and systemd's SIGKILL), in whole milliseconds. For a single
+// phase it is the whole budget.
+func stopPhaseTimeout(cfg Config, n int) time.Duration {
+	per := (cfg.StopTimeout() - time.Duration(n-1)*systemdTimerSlack) / time.Duration(n)
+	return per.Truncate(time.Millisecond)
+}
+
+// signalName names a signal number as systemd's settings do.
+func signalName(sig int32) string {
+	name := unix.SignalName(syscall.Signal(sig))
+	if name == "" {
+		return fmt.Sprint(sig)
+	}
+	return name
 }
 
 func formatUSec(us uint64) string {
