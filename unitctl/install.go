@@ -46,6 +46,20 @@ func (s *Systemd) Validate(ctx context.Context, unit string, cfg Config) (*Plan,
 // stays in place: the guard keeps a non-holder from starting them;
 // Uninstall removes it) and an error if the batch failed as a whole.
 func (s *Systemd) Install(ctx context.Context, plans []*Plan) (map[string]error, error) {
+	return s.install(ctx, plans, true)
+}
+
+// Recheck is Install for units already managed, after a systemd reload:
+// it writes a drop-in that is gone or differs (systemctl revert removes
+// it) and reloads only then, and checks that each drop-in is in effect.
+// Unlike Install it never reloads for a failed check alone: a drop-in on
+// disk but not in effect after a reload is defeated (a later drop-in, say),
+// and another reload would only start another round of rechecks.
+func (s *Systemd) Recheck(ctx context.Context, plans []*Plan) (map[string]error, error) {
+	return s.install(ctx, plans, false)
+}
+
+func (s *Systemd) install(ctx context.Context, plans []*Plan, reloadToCheck bool) (map[string]error, error) {
 	changed := false
 	for _, p := range plans {
 		path := p.cfg.DropInPath(p.Unit)
@@ -72,7 +86,7 @@ func (s *Systemd) Install(ctx context.Context, plans []*Plan) (map[string]error,
 		}
 	}
 	failed := s.verify(ctx, plans)
-	if len(failed) > 0 && !changed {
+	if len(failed) > 0 && !changed && reloadToCheck {
 		// On disk but not in effect: systemd has not read it yet.
 		if err := s.reload(ctx); err != nil {
 			return nil, err

@@ -36,6 +36,7 @@ type Manager interface {
 	Discover(ctx context.Context, extra ...string) ([]unitctl.Annotation, []error)
 	Validate(ctx context.Context, unit string, cfg unitctl.Config) (*unitctl.Plan, error)
 	Install(ctx context.Context, plans []*unitctl.Plan) (map[string]error, error)
+	Recheck(ctx context.Context, plans []*unitctl.Plan) (map[string]error, error)
 	Uninstall(ctx context.Context, cfg unitctl.Config, units []string) error
 	Watch(ctx context.Context, units []string, interval time.Duration) <-chan unitctl.Event
 	TimeoutAbort(ctx context.Context, unit string) (time.Duration, error)
@@ -71,8 +72,9 @@ type Daemon struct {
 	problems []string            // config errors of the last discovery
 	watchers context.CancelFunc  // the wake-up and unit watches of the current set
 
-	lastStatus string // the last STATUS= sent by the watchdog loop
-	settling   bool   // it changed since the last FreeOSMemory
+	lastStatus  string // the last STATUS= sent by the watchdog loop
+	lastOverdue bool   // the watchdog's last tick found a loop overdue
+	settling    bool   // it changed since the last FreeOSMemory
 }
 
 type running struct {

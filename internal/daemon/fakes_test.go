@@ -187,6 +187,10 @@ func (f *fakeSystemd) Install(context.Context, []*unitctl.Plan) (map[string]erro
 	return nil, nil
 }
 
+func (f *fakeSystemd) Recheck(context.Context, []*unitctl.Plan) (map[string]error, error) {
+	return nil, nil
+}
+
 func (f *fakeSystemd) Uninstall(_ context.Context, _ unitctl.Config, units []string) error {
 	f.set(func(f *fakeSystemd) { f.uninstalled = append(f.uninstalled, units...) })
 	return nil

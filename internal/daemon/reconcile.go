@@ -31,14 +31,11 @@ func (d *Daemon) Reload(ctx context.Context) {
 	d.mu.Lock()
 	d.problems = problems
 	current := map[string][]string{}
-	busy := map[string]bool{} // being removed: left alone until done
 	for lease, r := range d.sups {
 		current[lease] = r.sup.Units
-		busy[lease] = r.removing
 	}
 	d.mu.Unlock()
 	remove, add := reconcile(current, found)
-	add = slices.DeleteFunc(add, func(lease string) bool { return busy[lease] })
 	managed := map[string]bool{} // units managed after this reload, under any lease
 	for _, units := range found {
 		for _, u := range units {
@@ -48,6 +45,7 @@ func (d *Daemon) Reload(ctx context.Context) {
 	for _, lease := range remove {
 		d.remove(ctx, lease, managed)
 	}
+	add = d.notRemoving(add, found)
 	d.install(ctx, found, add)
 	changed := map[string]bool{}
 	for _, lease := range append(remove, add...) {
@@ -56,6 +54,26 @@ func (d *Daemon) Reload(ctx context.Context) {
 	d.reverify(ctx, found, changed)
 	d.rewatch(ctx)
 	d.notify("STATUS=" + d.summary())
+}
+
+// notRemoving drops from add the leases that wait: a lease, or a unit of
+// it, still being removed (a failed stop holds the old lease). The reload
+// that the end of the removal asks for adds them.
+func (d *Daemon) notRemoving(add []string, found map[string][]string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	leases, units := map[string]bool{}, map[string]bool{}
+	for lease, r := range d.sups {
+		if r.removing {
+			leases[lease] = true
+			for _, u := range r.sup.Units {
+				units[u] = true
+			}
+		}
+	}
+	return slices.DeleteFunc(add, func(lease string) bool {
+		return leases[lease] || slices.ContainsFunc(found[lease], func(u string) bool { return units[u] })
+	})
 }
 
 // reconcile compares the leases that run (current) with the ones
@@ -155,14 +173,17 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 // reverify checks the units of every lease this reload kept (not in
 // changed: those were just installed, or removed) again, after every
 // systemd reload: each is validated, its drop-in written again if it is
-// gone (systemctl revert removes it) and checked to be in effect. A lease
-// with a unit that fails is ineligible on this node, with a config_error:
+// gone (systemctl revert removes it) and checked to be in effect, with no
+// reload for the check alone (unitctl's Recheck). A lease with a unit
+// that is refused, or whose drop-in is defeated, is ineligible on this
+// node, with a config_error (one that could not be read changes nothing):
 // a holder hands it off (stop, confirm inactive, release), and the node
 // acquires it no more until a later reload finds every unit sound. Its
 // drop-in, and the guard in it, stay where they still apply.
 func (d *Daemon) reverify(ctx context.Context, found map[string][]string, changed map[string]bool) {
 	var plans []*unitctl.Plan
-	bad := map[string]bool{}
+	bad := map[string]bool{}     // refused, or the drop-in is defeated
+	unknown := map[string]bool{} // could not be read: left as it is
 	leaseOf := map[string]string{}
 	for lease, units := range found {
 		if changed[lease] {
@@ -171,27 +192,37 @@ func (d *Daemon) reverify(ctx context.Context, found map[string][]string, change
 		for _, u := range units {
 			leaseOf[u] = lease
 			p, err := d.sd.Validate(ctx, u, d.ucfg)
-			if err != nil {
+			switch {
+			case errors.Is(err, unitctl.ErrRefused):
 				d.problem(d.configError(err, u))
 				bad[lease] = true
-				continue
+			case err != nil:
+				d.problem(d.configError(err, u))
+				unknown[lease] = true
+			default:
+				plans = append(plans, p) // its warnings were logged when it was added
 			}
-			plans = append(plans, p) // its warnings were logged when it was added
 		}
 	}
 	if len(plans) > 0 {
-		failed, err := d.sd.Install(ctx, plans)
+		failed, err := d.sd.Recheck(ctx, plans)
 		if err != nil {
 			d.problem(d.configError(err, ""))
-			return // nothing is known of any unit: change nothing
+			for _, p := range plans {
+				unknown[leaseOf[p.Unit]] = true
+			}
 		}
 		for u, err := range failed {
 			d.problem(d.configError(err, u))
-			bad[leaseOf[u]] = true
+			if errors.Is(err, unitctl.ErrDropIn) {
+				bad[leaseOf[u]] = true
+			} else {
+				unknown[leaseOf[u]] = true
+			}
 		}
 	}
 	for lease := range found {
-		if changed[lease] {
+		if changed[lease] || unknown[lease] && !bad[lease] {
 			continue
 		}
 		d.mu.Lock()
@@ -200,6 +231,16 @@ func (d *Daemon) reverify(ctx context.Context, found map[string][]string, change
 		if r != nil && !r.removing {
 			r.sup.SetEligible(ctx, !bad[lease])
 		}
+	}
+}
+
+// ended reports whether s took its last step.
+func ended(s *supervisor.Supervisor) bool {
+	select {
+	case <-s.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -255,6 +296,9 @@ func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool)
 		d.log.Error(fmt.Sprintf("%s: no longer annotated, but not confirmed inactive: lease %s stays held here until it stops",
 			strings.Join(r.sup.Units, ", "), lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, lease)...)
 		go func() {
+			// Not on the reload's ctx: a SIGTERM must not end a
+			// supervisor that holds the lease for a failed stop.
+			ctx := context.WithoutCancel(ctx)
 			d.waitFor(ctx, func() bool { return !r.sup.Holding() })
 			d.end(ctx, lease, r, keep)
 			select {
@@ -332,7 +376,7 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 			if r.sup.Holding() {
 				d.log.Error(fmt.Sprintf("%s: not confirmed inactive: lease %s stays held, and the daemon does not exit, until it stops",
 					strings.Join(r.sup.Units, ", "), r.sup.Lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, r.sup.Lease)...)
-				d.waitFor(ctx, func() bool { return !r.sup.Holding() })
+				d.waitFor(ctx, func() bool { return !r.sup.Holding() || ended(r.sup) })
 			}
 		})
 	}

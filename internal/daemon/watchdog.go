@@ -11,13 +11,17 @@ import (
 	sdaemon "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/policy"
 )
 
 // watchdog sends WATCHDOG=1 only while no supervisor's loop has been busy
-// with one event for more than half the watchdog interval: a loop that
-// hangs lets systemd kill the daemon, and BindsTo= then stops the units
-// (rule 6). It reads each loop's state and wakes none of them.
+// with one event for more than half the watchdog interval, and none has
+// left its wake-up unheeded that long on two ticks in a row (it wakes
+// them all after the first): a loop that hangs, or a daemon that does not
+// act on its deadlines, lets systemd kill the daemon, and BindsTo= then
+// stops the units (rule 6). It reads each loop's state and wakes none of
+// them unless one is overdue.
 func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		return
@@ -30,8 +34,7 @@ func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if !d.progressing(interval / 2) {
-			d.log.Error("a lease loop has been busy with one event for more than "+(interval/2).String()+": withholding the watchdog ping", logging.Event, "watchdog")
+		if !d.mayPing(interval / 2) {
 			continue
 		}
 		d.notify("WATCHDOG=1")
@@ -73,17 +76,39 @@ func heapFree() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// progressing reports whether no supervisor's loop is stuck (Stuck).
-func (d *Daemon) progressing(within time.Duration) bool {
+// mayPing decides a watchdog tick: no ping while a loop is busy with one
+// event for more than within, nor while one is overdue by as much on two
+// ticks in a row. An overdue loop's timer did not fire, most often after
+// a resume the suspend check has not seen yet: the first tick wakes
+// every loop and pings.
+func (d *Daemon) mayPing(within time.Duration) bool {
+	busy, overdue := d.stuck(within)
+	defer func() { d.lastOverdue = overdue }()
+	switch {
+	case busy:
+		d.log.Error("a lease loop has been busy with one event for more than "+within.String()+": withholding the watchdog ping", logging.Event, "watchdog")
+		return false
+	case overdue && d.lastOverdue:
+		d.log.Error("a lease loop has not acted on its wake-up for more than "+within.String()+", even when woken: withholding the watchdog ping", logging.Event, "watchdog")
+		return false
+	case overdue:
+		supervisor.Resumed()
+		d.wakeAll()
+	}
+	return true
+}
+
+// stuck reports whether some supervisor's loop is busy with one event,
+// and whether some supervisor is overdue, by more than within.
+func (d *Daemon) stuck(within time.Duration) (busy, overdue bool) {
 	now := d.clock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, r := range d.sups {
-		if r.sup.Stuck(now, within) {
-			return false
-		}
+		busy = busy || r.sup.Busy(now, within)
+		overdue = overdue || r.sup.Overdue(now, within)
 	}
-	return true
+	return busy, overdue
 }
 
 // WatchdogFit is how a daemon's watchdog fits its deadline: a daemon

@@ -243,9 +243,19 @@ func (s *Supervisor) Nudge() {
 // the daemon does not act on its deadlines. A loop waiting for an event
 // before its wake-up is never stuck, however long it waits.
 func (s *Supervisor) Stuck(now policy.Instant, within time.Duration) bool {
-	if b := s.busy.Load(); b != 0 && now.Sub(policy.Instant(b-1)) > within {
-		return true
-	}
+	return s.Busy(now, within) || s.Overdue(now, within)
+}
+
+// Busy reports whether the loop took an event more than within before now
+// and has not finished with it.
+func (s *Supervisor) Busy(now policy.Instant, within time.Duration) bool {
+	b := s.busy.Load()
+	return b != 0 && now.Sub(policy.Instant(b-1)) > within
+}
+
+// Overdue reports whether the wake-up passed more than within before now
+// with no step taken. Wake makes an overdue supervisor step at once.
+func (s *Supervisor) Overdue(now policy.Instant, within time.Duration) bool {
 	d := s.due.Load()
 	return d != 0 && now.Sub(policy.Instant(d-1)) > within
 }
