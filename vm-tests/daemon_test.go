@@ -290,7 +290,16 @@ func TestDaemonGuardRefusesStartOnStandby(t *testing.T) {
 	if got := active(t, standby, "demo.service"); got == "active" {
 		t.Fatal("demo.service runs on the standby")
 	}
-	out := d.journal(standby, "-u", "demo.service", "-o", "cat")
+	// journald reads the guard's stderr on its own time: systemctl can
+	// return before the line is in the journal. Ask journald to catch up
+	// (--sync) and read again, a bounded number of times.
+	var out string
+	for range 50 {
+		_, _, _ = standby.Run(t.Context(), "journalctl", "--sync")
+		if out = d.journal(standby, "-u", "demo.service", "-o", "cat"); strings.Contains(out, "unitlease guard: refusing to start demo.service") {
+			break
+		}
+	}
 	if !strings.Contains(out, "unitlease guard: refusing to start demo.service") {
 		all := d.journal(standby, "-o", "cat")
 		t.Fatalf("the guard's refusal is not in demo.service's journal:\n%s\nwhole journal:\n%s", out, all)
