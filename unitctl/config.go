@@ -9,7 +9,8 @@ import (
 // Config is what every managed unit's drop-in is made from.
 type Config struct {
 	// StopWait bounds a stop, SIGKILL included (stop_wait). The drop-in
-	// sets TimeoutStopSec= to StopWait minus KillMargin(StopWait).
+	// shares StopTimeout among the unit's stop phases (stopPhaseTimeout):
+	// systemd applies TimeoutStopSec= to each phase anew.
 	StopWait time.Duration
 
 	// Guard is the command the drop-in runs as the first ExecStartPre=,
@@ -84,8 +85,9 @@ func KillMargin(stopWait time.Duration) time.Duration {
 	return min(m, stopWait/2)
 }
 
-// StopTimeout is the TimeoutStopSec= the drop-in sets: systemd's own
-// SIGKILL comes at the same moment as Stop's, so either suffices.
+// StopTimeout is the budget the drop-in shares among a unit's stop
+// phases (each gets TimeoutStopSec=, see stopPhaseTimeout): it ends with
+// Stop's own SIGKILL, so either suffices.
 func (c Config) StopTimeout() time.Duration {
 	return c.StopWait - KillMargin(c.StopWait)
 }
