@@ -57,8 +57,9 @@
 // ends empty); SendSIGKILL=no; Type=oneshot without RemainAfterExit=yes;
 // RefuseManualStart= or RefuseManualStop=; it is enabled (UnitFileState
 // enabled, enabled-runtime, linked or linked-runtime); another unit pulls it
-// in through Wants=, Requires= or Upholds=, or a socket, timer or path unit
-// triggers it; FinalKillSignal= is not SIGKILL; TimeoutStopFailureMode=abort;
+// in through Wants=, Requires=, Upholds= or BindsTo=, or starts it through
+// OnFailure= or OnSuccess=, or a socket, timer or path unit triggers it;
+// it has a BusName= (D-Bus activation); FinalKillSignal= is not SIGKILL; TimeoutStopFailureMode=abort;
 // its stop has more phases than fit the stop budget (StopWait minus
 // KillMargin) at MinStopPhase each. The phases are those systemd bounds one
 // by one with TimeoutStopSec=: each ExecStop= command, the SIGTERM phase,

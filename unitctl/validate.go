@@ -19,11 +19,14 @@ type settings struct {
 	DropInPaths                  []string
 	WantedBy, RequiredBy         []string
 	UpheldBy, TriggeredBy        []string
+	BoundBy                      []string
+	OnFailureOf, OnSuccessOf     []string
 	BindsTo, After               []string
 	RefuseManualStart            bool
 	RefuseManualStop             bool
 
 	Type                   string
+	BusName                string
 	RemainAfterExit        bool
 	KillMode               string
 	SendSIGKILL            bool
@@ -71,9 +74,10 @@ func assess(s settings, cfg Config) (refusals, warnings []string) {
 	for _, dep := range []struct {
 		how   string
 		units []string
-	}{{"Wants=", s.WantedBy}, {"Requires=", s.RequiredBy}, {"Upholds=", s.UpheldBy}, {"a trigger", s.TriggeredBy}} {
+	}{{"Wants=", s.WantedBy}, {"Requires=", s.RequiredBy}, {"Upholds=", s.UpheldBy}, {"BindsTo=", s.BoundBy},
+		{"OnFailure=", s.OnFailureOf}, {"OnSuccess=", s.OnSuccessOf}, {"a trigger", s.TriggeredBy}} {
 		if len(dep.units) > 0 {
-			refuse("pulled in by %s (%s): starting them starts this unit, at boot without the guard; remove the dependency", strings.Join(dep.units, ", "), dep.how)
+			refuse("pulled in by %s (%s): they start this unit, at boot without the guard; remove the dependency", strings.Join(dep.units, ", "), dep.how)
 		}
 	}
 	if s.FinalKillSignal != 0 && s.FinalKillSignal != int32(syscall.SIGKILL) {
@@ -83,6 +87,9 @@ func assess(s settings, cfg Config) (refusals, warnings []string) {
 		refuse("TimeoutStopFailureMode=abort: a stop phase that times out is followed by SIGABRT and a wait of TimeoutAbortSec=, outside the stop budget; use terminate (the default) or kill")
 	}
 	phases := stopPhases(s)
+	if s.BusName != "" {
+		refuse("BusName=%s: a D-Bus call to that name can activate it, at boot without the guard; remove BusName= (and its D-Bus activation file) to manage it", s.BusName)
+	}
 	budget := cfg.StopTimeout()
 	per := stopPhaseTimeout(cfg, len(phases))
 	switch {
