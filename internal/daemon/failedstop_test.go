@@ -57,14 +57,7 @@ func testDaemon(t *testing.T, sd *fakeSystemd, store *memStore) (*Daemon, *syncB
 // elsewhere. Once it stops, the lease is released and the unit unmanaged.
 func TestRemovalKeepsAFailedStopHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		store := newMemStore()
-		d, logs := testDaemon(t, sd, store)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, store, d, logs, ctx, _ := lead(t)
 		if !sd.isActive("db.service") || store.record("db").Holder != "node-a" {
 			t.Fatalf("not leading after 30s:\n%s", logs)
 		}
@@ -105,14 +98,7 @@ func TestRemovalKeepsAFailedStopHeld(t *testing.T) {
 // Shutdown, until the unit stops; then it releases and returns.
 func TestShutdownKeepsAFailedStopHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		store := newMemStore()
-		d, logs := testDaemon(t, sd, store)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, store, d, logs, ctx, _ := lead(t)
 		sd.set(func(f *fakeSystemd) { f.stuck["db.service"] = true })
 		done := make(chan struct{})
 		go func() {
@@ -136,4 +122,23 @@ func TestShutdownKeepsAFailedStopHeld(t *testing.T) {
 			t.Fatalf("after Shutdown: lease %v, unit active %t", rec, sd.isActive("db.service"))
 		}
 	})
+}
+
+// lead is a daemon of node-a on the fakes, managing db.service under lease
+// db, that has run for 30s: it leads db. Its context ends with the test;
+// cancel ends it sooner.
+func lead(t *testing.T) (*fakeSystemd, *memStore, *Daemon, *syncBuffer, context.Context, context.CancelFunc) {
+	t.Helper()
+	sd := newFakeSystemd(map[string]string{"db.service": "db"})
+	store := newMemStore()
+	d, logs := testDaemon(t, sd, store)
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	d.Reload(ctx)
+	time.Sleep(30 * time.Second)
+	synctest.Wait()
+	if !sd.isActive("db.service") || store.record("db").Holder != "node-a" {
+		t.Fatalf("not leading after 30s:\n%s", logs)
+	}
+	return sd, store, d, logs, ctx, cancel
 }

@@ -299,7 +299,10 @@ func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool)
 			// Not on the reload's ctx: a SIGTERM must not end a
 			// supervisor that holds the lease for a failed stop.
 			ctx := context.WithoutCancel(ctx)
-			d.waitFor(ctx, func() bool { return !r.sup.Holding() })
+			d.waitFor(ctx, func() bool { return !r.sup.Holding() || ended(r.sup) })
+			if r.sup.Holding() {
+				return // Shutdown ended it, still held: the drop-in and its guard stay
+			}
 			d.end(ctx, lease, r, keep)
 			select {
 			case d.again <- struct{}{}:

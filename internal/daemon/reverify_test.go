@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -16,14 +15,7 @@ import (
 // the lease again.
 func TestReloadReverifiesAndAnUnsafeUnitIsHandedOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		store := newMemStore()
-		d, logs := testDaemon(t, sd, store)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, store, d, logs, ctx, _ := lead(t)
 		if !sd.isActive("db.service") {
 			t.Fatalf("not leading after 30s:\n%s", logs)
 		}

@@ -41,14 +41,7 @@ func (v validateFlaky) Validate(ctx context.Context, unit string, c unitctl.Conf
 // the lease, held for a unit that may still run, is no longer renewed.
 func TestReviewShutdownWhileRemovalWaitsOnFailedStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		store := newMemStore()
-		d, logs := testDaemon(t, sd, store)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, store, d, logs, ctx, cancel := lead(t)
 		if !sd.isActive("db.service") || store.record("db").Holder != "node-a" {
 			t.Fatalf("not leading:\n%s", logs)
 		}
@@ -90,14 +83,7 @@ func TestReviewShutdownWhileRemovalWaitsOnFailedStop(t *testing.T) {
 
 func TestReviewShutdownWhileRemovalWaitsThenStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		store := newMemStore()
-		d, logs := testDaemon(t, sd, store)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, store, d, logs, ctx, cancel := lead(t)
 		sd.set(func(f *fakeSystemd) {
 			f.stuck["db.service"] = true
 			f.annotated = map[string]string{}
@@ -134,14 +120,7 @@ func TestReviewShutdownWhileRemovalWaitsThenStops(t *testing.T) {
 // next reload, whenever that comes.
 func TestReviewTransientValidateErrorHandsOffUntilNextReload(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		store := newMemStore()
-		d, logs := testDaemon(t, sd, store)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, store, d, logs, ctx, _ := lead(t)
 		d.sd = validateFlaky{sd, map[string]bool{"db.service": true}}
 		d.Reload(ctx)
 		time.Sleep(time.Hour)
@@ -157,14 +136,7 @@ func TestReviewTransientValidateErrorHandsOffUntilNextReload(t *testing.T) {
 // managed again. The test plays the loop: it reloads on again.
 func TestReviewReannotatedWhileRemovalWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		store := newMemStore()
-		d, logs := testDaemon(t, sd, store)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, store, d, logs, ctx, _ := lead(t)
 		sd.set(func(f *fakeSystemd) { f.stuck["db.service"] = true; f.annotated = map[string]string{} })
 		d.Reload(ctx)
 		sd.set(func(f *fakeSystemd) { f.annotated = map[string]string{"db.service": "db"} })
@@ -236,14 +208,7 @@ func TestReviewRefusedUnitStaysEligibleWhenInstallFails(t *testing.T) {
 // the unit again); then the reload the removal asks for adds it.
 func TestReviewMovedUnitWaitsForItsOldLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		store := newMemStore()
-		d, logs := testDaemon(t, sd, store)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, store, d, logs, ctx, _ := lead(t)
 		sd.set(func(f *fakeSystemd) {
 			f.stuck["db.service"] = true
 			f.annotated = map[string]string{"db.service": "db2"}
