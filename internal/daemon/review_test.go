@@ -78,6 +78,8 @@ func TestReviewShutdownWhileRemovalWaitsOnFailedStop(t *testing.T) {
 		}
 		sd.set(func(f *fakeSystemd) { f.stuck["db.service"] = false })
 		<-done
+		time.Sleep(time.Second) // the waiting removal, too, sees it released and ends
+		synctest.Wait()
 	})
 }
 
