@@ -2,9 +2,14 @@ package unitctl
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
 )
 
 // Options configure a Systemd.
@@ -69,7 +74,46 @@ func Dial(ctx context.Context, opts Options) (*Systemd, error) {
 		s.done()
 		return nil, err
 	}
+	if err := s.checkVersion(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// MinSystemd is the oldest systemd unitctl works with: from 247 on,
+// systemd keeps the cgroup of a stopped unit that a process outlived
+// (before, it let go of it, and a unit failed with a process left listed
+// none), which Stop's check that no process is left relies on.
+const MinSystemd = 247
+
+// checkVersion refuses a systemd older than MinSystemd. A version it
+// cannot read as a number is let through: Stop still confirms what the
+// cgroup holds as far as systemd reports it.
+func (s *Systemd) checkVersion(ctx context.Context) error {
+	var v string
+	if err := s.with(ctx, func(c *sd.Conn) (err error) {
+		v, err = c.GetManagerProperty("Version")
+		return err
+	}); err != nil {
+		return fmt.Errorf("unitctl: reading systemd's version: %w", err)
+	}
+	if n, ok := systemdMajor(v); ok && n < MinSystemd {
+		return fmt.Errorf("unitctl: systemd %d is older than %d: it forgets the cgroup of a unit a process outlived, so a stop could not be confirmed complete", n, MinSystemd)
+	}
+	return nil
+}
+
+// systemdMajor reads the leading number of systemd's Version property as
+// go-systemd renders it (a quoted string such as "252.39-1~deb12u1").
+func systemdMajor(v string) (int, bool) {
+	v = strings.Trim(v, `"`)
+	i := 0
+	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+		i++
+	}
+	n, err := strconv.Atoi(v[:i])
+	return n, err == nil
 }
 
 // Close closes the connections. Waits in progress end with ErrClosed or
