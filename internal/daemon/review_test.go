@@ -42,9 +42,6 @@ func (v validateFlaky) Validate(ctx context.Context, unit string, c unitctl.Conf
 func TestReviewShutdownWhileRemovalWaitsOnFailedStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sd, store, d, logs, ctx, cancel := lead(t)
-		if !sd.isActive("db.service") || store.record("db").Holder != "node-a" {
-			t.Fatalf("not leading:\n%s", logs)
-		}
 		sd.set(func(f *fakeSystemd) {
 			f.stuck["db.service"] = true
 			f.annotated = map[string]string{}
