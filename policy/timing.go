@@ -16,11 +16,22 @@ type Timing struct {
 	PollMin       time.Duration // poll_min: the standby's shortest poll interval
 	PollMax       time.Duration // poll_max: the standby's longest poll interval
 	LeaseSpan     time.Duration // lease_span: 0 means SafeMinimum
+
+	// Allowance bounds how late the leader may begin its stop after its
+	// deadline: the longest a daemon that no longer acts on its deadlines
+	// lives before systemd kills it (its watchdog and abort timeouts),
+	// after which BindsTo= stops its units within stop_wait. It is no key
+	// of unitlease.toml: `run` and `check` compute it from
+	// unitlease.service as systemd loaded it. One allowance covers every
+	// way of acting late, a timer that fires late, a loaded machine, a
+	// frozen daemon: a daemon later than this is killed.
+	Allowance time.Duration
 }
 
-// DefaultTiming returns the defaults of DESIGN.md, which are the seed's
-// constants (Retry 5, Renew 20, StopWait 10, PollLow 5, PollHigh 11); the
-// lease span is left to be derived.
+// DefaultTiming returns the default timing (the specification's
+// constants: Retry 5, Renew 20, StopWait 10, PollLow 5, PollHigh 11),
+// with the allowance of the packaged unitlease.service; the lease span is
+// left to be derived.
 func DefaultTiming() Timing {
 	return Timing{
 		Retry:         5 * time.Second,
@@ -29,6 +40,7 @@ func DefaultTiming() Timing {
 		ReplyMax:      2 * time.Second,
 		PollMin:       5 * time.Second,
 		PollMax:       11 * time.Second,
+		Allowance:     DefaultAllowance,
 	}
 }
 
@@ -37,10 +49,13 @@ const (
 	// DriftPPM bounds how far each node's CLOCK_MONOTONIC may run from true
 	// time, in parts per million. Two nodes may differ by twice this.
 	DriftPPM = 1000
-	// SchedulingDelay bounds how late the leader acts on its deadline: a
-	// timer that fires late, a GC pause, a loaded machine, the D-Bus round
-	// trip before systemd starts the stop.
+	// SchedulingDelay bounds how late a standby takes its poll: a timer
+	// that fires late, a GC pause, a loaded machine.
 	SchedulingDelay = time.Second
+	// DefaultAllowance is the allowance of the packaged unitlease.service:
+	// WatchdogSec=2s, a third of it for the check of the loops, and
+	// TimeoutAbortSec=1s (the daemon's KillAllowance).
+	DefaultAllowance = 3667 * time.Millisecond
 	// MaxDuration is the largest value any timing key accepts.
 	MaxDuration = time.Hour
 )
@@ -67,31 +82,34 @@ func badTiming(key, format string, args ...any) error {
 	return &TimingError{Key: key, Msg: key + " " + fmt.Sprintf(format, args...)}
 }
 
-// leaderBound is what the leader's deadline and stop take on its own clock
-// after the send of its last successful renewal (DESIGN.md rule 1).
+// leaderBound is how long after the send of its last successful renewal
+// the leader's copy may live, on the leader's own clock: its deadline
+// (retry + renew_deadline), as late as the allowance lets it act on it,
+// and the stop.
 func (t Timing) leaderBound() time.Duration {
-	return t.Retry + t.RenewDeadline + t.StopWait
+	return t.Retry + t.RenewDeadline + t.Allowance + t.StopWait
 }
 
 // SafeMinimum is the smallest lease span this package accepts: the first
 // whole millisecond above
 //
-//	((retry + renew_deadline + stop_wait) * (1 + ρ) + SchedulingDelay) / (1 - ρ)
+//	(retry + renew_deadline + allowance + stop_wait) * (1 + ρ) / (1 - ρ)
 //
 // with ρ = DriftPPM / 10⁶. The leader's copy is dead within the numerator
 // of true time after the send of its last successful renewal (its clock may
-// run slow by ρ, and it may act late by SchedulingDelay); a standby measures
-// the lease span from a moment no earlier than that renewal's commit, on a
-// clock that may run fast by ρ. Neither poll jitter nor reply_max enters: a
-// standby's age starts when it receives a reply, which is after the value
-// was written, so both only make it later.
+// run slow by ρ, and it acts on its deadline within the allowance, or is
+// killed); a standby measures the lease span from a moment no earlier than
+// that renewal's commit, on a clock that may run fast by ρ. Neither poll
+// jitter nor reply_max enters: a standby's age starts when it receives a
+// reply, which is after the value was written, so both only make it later.
 func (t Timing) SafeMinimum() time.Duration {
-	return aboveScaled(t.leaderBound(), SchedulingDelay)
+	return aboveScaled(t.leaderBound(), 0)
 }
 
-// Margin is SafeMinimum less retry + renew_deadline + stop_wait.
+// Margin is SafeMinimum less retry + renew_deadline + stop_wait: the
+// allowance and the clock drift.
 func (t Timing) Margin() time.Duration {
-	return t.SafeMinimum() - t.leaderBound()
+	return t.SafeMinimum() - (t.Retry + t.RenewDeadline + t.StopWait)
 }
 
 // aboveScaled returns the first whole millisecond above
@@ -149,8 +167,8 @@ func (t Timing) Validate() error {
 	case t.PollMin > t.PollMax:
 		return badTiming("poll_min", "%v is above poll_max %v", t.PollMin, t.PollMax)
 	case t.LeaseSpan != 0 && t.LeaseSpan < t.SafeMinimum():
-		return badTiming("lease_span", "%v is below the safe minimum %v (retry %v + renew_deadline %v + stop_wait %v + margin %v for clock drift and scheduling delay)",
-			t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin())
+		return badTiming("lease_span", "%v is below the safe minimum %v (retry %v + renew_deadline %v + stop_wait %v + margin %v: the allowance %v for a daemon that acts late, which unitlease.service's WatchdogSec= and TimeoutAbortSec= set, and clock drift)",
+			t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin(), t.Allowance)
 	}
 	return nil
 }
@@ -183,6 +201,7 @@ func (t Timing) keys() []timingKey {
 		{name: "poll_min", value: t.PollMin},
 		{name: "poll_max", value: t.PollMax},
 		{name: "lease_span", value: t.LeaseSpan, zeroOK: true, zeroNote: ", or 0 to derive it"},
+		{name: "allowance", value: t.Allowance},
 	}
 }
 

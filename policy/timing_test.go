@@ -38,11 +38,11 @@ func TestDefaultTimingIsTheSeed(t *testing.T) {
 
 func TestSafeMinimumDefaults(t *testing.T) {
 	d := DefaultTiming()
-	// ((35 s × 1.001) + 1 s) / 0.999 = 36.0710711 s; the next whole ms above.
-	if got, want := d.SafeMinimum(), 36072*time.Millisecond; got != want {
+	// (35 s + 3.667 s) × 1.001 / 0.999 = 38.7444114 s; the next whole ms above.
+	if got, want := d.SafeMinimum(), 38745*time.Millisecond; got != want {
 		t.Fatalf("SafeMinimum = %v, want %v", got, want)
 	}
-	if got, want := d.Margin(), 1072*time.Millisecond; got != want {
+	if got, want := d.Margin(), 3745*time.Millisecond; got != want {
 		t.Fatalf("Margin = %v, want %v", got, want)
 	}
 	r, err := d.Resolved()
@@ -56,13 +56,13 @@ func TestSafeMinimumDefaults(t *testing.T) {
 }
 
 // The bound covers what it claims: a leader whose clock runs slow by ρ and
-// acts SchedulingDelay late is done before a standby whose clock runs fast
+// acts the allowance late is done before a standby whose clock runs fast
 // by ρ counts the lease span, for every valid timing corner.
 func TestSafeMinimumCoversDriftAndDelay(t *testing.T) {
 	const rho = float64(DriftPPM) / 1e6
 	for _, sum := range []time.Duration{3 * time.Millisecond, time.Second, 35 * s, 3 * time.Hour} {
-		tm := Timing{Retry: sum / 3, RenewDeadline: sum / 3, StopWait: sum - 2*(sum/3)}
-		leaderDone := float64(sum)*(1+rho) + float64(SchedulingDelay)
+		tm := Timing{Retry: sum / 3, RenewDeadline: sum / 3, StopWait: sum - 2*(sum/3), Allowance: DefaultAllowance}
+		leaderDone := float64(sum+tm.Allowance) * (1 + rho)
 		standbyEarliest := float64(tm.SafeMinimum()) * (1 - rho)
 		if standbyEarliest <= leaderDone {
 			t.Errorf("sum %v: standby at %.0fns is not after the leader at %.0fns", sum, standbyEarliest, leaderDone)
@@ -79,9 +79,11 @@ func TestValidateRejects(t *testing.T) {
 		want string
 	}{
 		{func(t *Timing) { t.LeaseSpan = 30 * s },
-			"policy: lease_span 30s is below the safe minimum 36.072s (retry 5s + renew_deadline 20s + stop_wait 10s + margin 1.072s for clock drift and scheduling delay)"},
-		{func(t *Timing) { t.LeaseSpan = 36 * s },
-			"policy: lease_span 36s is below the safe minimum 36.072s (retry 5s + renew_deadline 20s + stop_wait 10s + margin 1.072s for clock drift and scheduling delay)"},
+			"policy: lease_span 30s is below the safe minimum 38.745s (retry 5s + renew_deadline 20s + stop_wait 10s + margin 3.745s: the allowance 3.667s for a daemon that acts late, which unitlease.service's WatchdogSec= and TimeoutAbortSec= set, and clock drift)"},
+		{func(t *Timing) { t.LeaseSpan = 38744 * time.Millisecond },
+			"policy: lease_span 38.744s is below the safe minimum 38.745s (retry 5s + renew_deadline 20s + stop_wait 10s + margin 3.745s: the allowance 3.667s for a daemon that acts late, which unitlease.service's WatchdogSec= and TimeoutAbortSec= set, and clock drift)"},
+		{func(t *Timing) { t.Allowance = 0 },
+			"policy: allowance 0s must be positive"},
 		{func(t *Timing) { t.ReplyMax = 5 * s },
 			"policy: reply_max 5s must be below retry 5s, so that a renewal's reply arrives before the next renewal is due"},
 		{func(t *Timing) { t.RenewDeadline = time.Second },
@@ -113,9 +115,9 @@ func TestValidateRejects(t *testing.T) {
 
 func TestValidateAcceptsLimits(t *testing.T) {
 	for _, tm := range []Timing{
-		{Retry: time.Hour, RenewDeadline: time.Hour, StopWait: time.Hour, ReplyMax: time.Hour - 1, PollMin: time.Hour, PollMax: time.Hour},
-		{Retry: 2, RenewDeadline: 2, StopWait: 1, ReplyMax: 1, PollMin: 1, PollMax: 1},
-		{Retry: 5 * s, RenewDeadline: 20 * s, StopWait: 10 * s, ReplyMax: 2 * s, PollMin: 5 * s, PollMax: 5 * s, LeaseSpan: 36072 * time.Millisecond},
+		{Retry: time.Hour, RenewDeadline: time.Hour, StopWait: time.Hour, ReplyMax: time.Hour - 1, PollMin: time.Hour, PollMax: time.Hour, Allowance: time.Hour},
+		{Retry: 2, RenewDeadline: 2, StopWait: 1, ReplyMax: 1, PollMin: 1, PollMax: 1, Allowance: 1},
+		{Retry: 5 * s, RenewDeadline: 20 * s, StopWait: 10 * s, ReplyMax: 2 * s, PollMin: 5 * s, PollMax: 5 * s, Allowance: DefaultAllowance, LeaseSpan: 38745 * time.Millisecond},
 	} {
 		if err := tm.Validate(); err != nil {
 			t.Errorf("%+v: %v", tm, err)

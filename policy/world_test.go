@@ -440,13 +440,18 @@ func (w *world) unitHappening(n *simNode, h happening) bool {
 	return true
 }
 
+// faultScale is the lease span whose faults come every faultEvery on
+// average (the default timing's before it had an allowance for a late
+// daemon); others scale with it.
+const faultScale = 36072 * time.Millisecond
+
 // Faults: a Redis restart that drops the key (and is down a while), a node
 // cut off from the store, the unit failing, a handoff.
 func (w *world) scheduleFault() {
 	if w.quiet {
 		return
 	}
-	scale := float64(w.tm.LeaseSpan) / float64(DefaultTiming().SafeMinimum())
+	scale := float64(w.tm.LeaseSpan) / float64(faultScale)
 	if w.dense {
 		scale /= 3
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/daemon"
-	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
@@ -30,12 +29,15 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		c.fail("configuration: %v", err)
 		return c.code()
 	}
-	t := cfg.Timing
 	c.ok("configuration %s: node %s", orDefaults(cfg.Path), cfg.Node)
-	c.ok("lease span %v (safe minimum %v = retry %v + renew_deadline %v + stop_wait %v + margin %v)",
-		t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if !c.watchdog(ctx, cfg) {
+		return c.code()
+	}
+	t := cfg.Timing
+	c.ok("lease span %v (safe minimum %v = retry %v + renew_deadline %v + stop_wait %v + margin %v: allowance %v and clock drift)",
+		t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin(), t.Allowance)
 	c.redis(ctx, cfg)
 	c.units(ctx, cfg)
 	return c.code()
@@ -100,7 +102,6 @@ func (c *checker) units(ctx context.Context, cfg *config.Config) {
 		return
 	}
 	defer sd.Close()
-	c.watchdog(ctx, sd, cfg.Timing)
 	anns, errs := sd.Discover(ctx)
 	for _, err := range errs {
 		c.fail("%v", err)
@@ -126,36 +127,38 @@ func (c *checker) units(ctx context.Context, cfg *config.Config) {
 	}
 }
 
-// watchdog checks that a hung daemon is killed, and its units stopped
-// through BindsTo=, within its deadline: what `run` lowers the watchdog
-// to, and what it cannot fix.
-func (c *checker) watchdog(ctx context.Context, sd *unitctl.Systemd, t policy.Timing) {
+// watchdog reads unitlease.service's watchdog as systemd loaded it and
+// sets the allowance it gives, as `run` does: the lease span covers it.
+// It reports false when `run` would refuse to start.
+func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 	const unit = "unitlease.service"
+	sd, err := unitctl.Dial(ctx, unitctl.Options{})
+	if err != nil {
+		c.warn("systemd: %v: the lease span below assumes the packaged %s (allowance %v)", err, unit, cfg.Timing.Allowance)
+		return true
+	}
+	defer sd.Close()
 	wd, err := sd.Watchdog(ctx, unit)
+	if err == nil && wd == 0 {
+		err = fmt.Errorf("%w (or the unit is not installed): run refuses to start; the packaged unit sets WatchdogSec=2s", daemon.ErrNoWatchdog)
+	}
+	var abort time.Duration
+	if err == nil {
+		abort, err = sd.TimeoutAbort(ctx, unit)
+	}
+	if err == nil {
+		err = daemon.CheckAllowance(wd, abort)
+	}
+	if err == nil {
+		err = cfg.SetAllowance(daemon.KillAllowance(wd, abort))
+	}
 	if err != nil {
-		c.warn("%s: %v", unit, err)
-		return
+		c.fail("%s: %v", unit, err)
+		return false
 	}
-	if wd == 0 {
-		c.warn("%s has no WatchdogSec= (or is not installed): a daemon that hangs keeps its units running past its deadline (the packaged unit sets WatchdogSec=10s)", unit)
-		return
-	}
-	abort, err := sd.TimeoutAbort(ctx, unit)
-	if err != nil {
-		c.warn("%s: %v", unit, err)
-		return
-	}
-	f := daemon.FitWatchdog(t, abort)
-	switch {
-	case f.Short():
-		c.warn("%s", f.ShortWarning(unit, t, abort))
-	case wd > f.Max:
-		c.ok("%s: run lowers WatchdogSec %v to %v, so that with TimeoutAbortSec %v a hung daemon is killed within retry %v + renew_deadline %v",
-			unit, wd, f.Max, abort, t.Retry, t.RenewDeadline)
-	default:
-		c.ok("%s: WatchdogSec %v + TimeoutAbortSec %v: a hung daemon is killed within retry %v + renew_deadline %v",
-			unit, wd, abort, t.Retry, t.RenewDeadline)
-	}
+	c.ok("%s: WatchdogSec %v + a third of it + TimeoutAbortSec %v: a daemon that stops acting is killed, and its units stopped through BindsTo=, within the allowance %v after a deadline",
+		unit, wd, abort, cfg.Timing.Allowance)
+	return true
 }
 
 // resetGarbage replaces a lease key that holds garbage with a released

@@ -32,6 +32,9 @@ type Config struct {
 	Timing policy.Timing // resolved: LeaseSpan is set
 	// Path is the file it came from ("" for built-in defaults).
 	Path string
+
+	keys policy.Timing               // the timing as written: LeaseSpan 0 when derived
+	at   func(key, msg string) error // names the file and the key's line
 }
 
 // Redis is the [redis] table.
@@ -223,13 +226,27 @@ func (c *Config) timing(f file, at func(key, msg string) error) error {
 		// The policy would take it, but no unit could be stopped within it.
 		return at("timing.stop_wait", fmt.Sprintf("stop_wait %v is below %v: a stop needs room for SIGTERM, then SIGKILL", t.StopWait, unitctl.MinStopWait))
 	}
-	resolved, err := t.Resolved()
+	c.keys, c.at = t, at
+	return c.resolve()
+}
+
+// SetAllowance sets the allowance for a daemon that acts late, which
+// `run` and `check` compute from unitlease.service as systemd loaded it
+// (the file's timing comes with the packaged unit's): a derived lease
+// span follows it, and one the file sets must still cover it.
+func (c *Config) SetAllowance(a time.Duration) error {
+	c.keys.Allowance = a
+	return c.resolve()
+}
+
+func (c *Config) resolve() error {
+	resolved, err := c.keys.Resolved()
 	if err != nil {
 		var te *policy.TimingError
 		if !errors.As(err, &te) {
-			return at("timing", err.Error())
+			return c.at("timing", err.Error())
 		}
-		return at("timing."+te.Key, te.Msg)
+		return c.at("timing."+te.Key, te.Msg)
 	}
 	c.Timing = resolved
 	return nil

@@ -18,7 +18,7 @@ import (
 )
 
 var testTiming = policy.Timing{Retry: time.Second, RenewDeadline: 2 * time.Second, StopWait: 2 * time.Second,
-	ReplyMax: 500 * time.Millisecond, PollMin: 500 * time.Millisecond, PollMax: time.Second}
+	ReplyMax: 500 * time.Millisecond, PollMin: 500 * time.Millisecond, PollMax: time.Second, Allowance: time.Second}
 
 // syncBuffer is a log buffer safe for the supervisors' goroutines.
 type syncBuffer struct {

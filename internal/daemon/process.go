@@ -35,17 +35,30 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	// through log, which never blocks (logging.Async).
 	slog.SetDefault(log)
 	redislease.LogTo(log)
+	sd, err := unitctl.Dial(ctx, unitctl.Options{Logf: func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }})
+	if err != nil {
+		return fmt.Errorf("systemd: %w", err)
+	}
+	defer sd.Close()
+	// The lease span covers how late this daemon may act before its
+	// watchdog has it killed: known only from the unit systemd loaded.
+	unit := opts.Unitctl.DaemonUnit
+	if unit == "" {
+		unit = "unitlease.service"
+	}
+	interval, allowance, err := watchdogAllowance(ctx, sd, unit)
+	if err != nil {
+		return err
+	}
+	if err := cfg.SetAllowance(allowance); err != nil {
+		return fmt.Errorf("%s with WatchdogSec %v: %w", unit, interval, err)
+	}
 	store, err := redislease.New(cfg.RedisConfig())
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	warnDurability(ctx, store, log)
-	sd, err := unitctl.Dial(ctx, unitctl.Options{Logf: func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }})
-	if err != nil {
-		return fmt.Errorf("systemd: %w", err)
-	}
-	defer sd.Close()
 	d := New(cfg, log, store, sd, opts.Unitctl, notify(log))
 	serveErr := make(chan error, 1)
 	go func() {
@@ -55,12 +68,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 		}
 		serveErr <- err
 	}()
-	log.Info(fmt.Sprintf("unitlease %s on node %s: lease span %v, retry %v, renew deadline %v, stop wait %v",
-		Version, cfg.Node, cfg.Timing.LeaseSpan, cfg.Timing.Retry, cfg.Timing.RenewDeadline, cfg.Timing.StopWait),
+	t := cfg.Timing
+	log.Info(fmt.Sprintf("unitlease %s on node %s: lease span %v, retry %v, renew deadline %v, stop wait %v, allowance %v (watchdog %v)",
+		Version, cfg.Node, t.LeaseSpan, t.Retry, t.RenewDeadline, t.StopWait, t.Allowance, interval),
 		logging.Event, "daemon_start")
 	d.Reload(ctx)
 	d.notify("READY=1")
-	go d.watchdog(ctx, d.fitWatchdog(ctx))
+	go d.watchdog(ctx, interval)
 	go d.watchSuspend(ctx) // a resume wakes every lease at once
 	go d.watchSleep(ctx)   // leases are handed off before the machine sleeps
 	return d.loop(ctx, sd, serveErr)

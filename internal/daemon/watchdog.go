@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -15,18 +15,21 @@ import (
 	"github.com/unitlease/unitlease/policy"
 )
 
-// watchdog sends WATCHDOG=1 only while no supervisor's loop has been busy
-// with one event for more than half the watchdog interval, and none has
-// left its wake-up unheeded that long on two ticks in a row (it wakes
-// them all after the first): a loop that hangs, or a daemon that does not
-// act on its deadlines, lets systemd kill the daemon, and BindsTo= then
-// stops the units (rule 6). It reads each loop's state and wakes none of
-// them unless one is overdue.
+// watchdog sends WATCHDOG=1 every third of the watchdog interval while
+// no supervisor's loop has been busy with one event for more than a
+// third of it, nor has left its wake-up unheeded that long: a loop that
+// hangs, or a daemon that does not act on its deadlines, lets systemd
+// kill the daemon, and BindsTo= then stops the units (rule 6). The
+// first tick that finds a loop overdue wakes every loop and withholds
+// its ping; if the loops stepped by the next tick, that one pings, two
+// thirds of the interval after the last, in time. It reads each loop's
+// state and wakes none of them unless one is overdue. KillAllowance is
+// what this costs.
 func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		return
 	}
-	t := time.NewTicker(interval / 2)
+	t := time.NewTicker(watchdogCheck(interval))
 	defer t.Stop()
 	for tick := 0; ; tick++ {
 		select {
@@ -34,14 +37,33 @@ func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if !d.mayPing(interval / 2) {
+		if !d.mayPing(watchdogCheck(interval)) {
 			continue
 		}
 		d.notify("WATCHDOG=1")
-		if tick%10 == 0 {
+		if tick%15 == 0 {
 			d.updateStatus()
 		}
 	}
+}
+
+// watchdogCheck is the watchdog's tick and how long a loop may be busy
+// with one event, or overdue, before the daemon withholds its ping: a
+// third of the interval.
+func watchdogCheck(interval time.Duration) time.Duration { return interval / 3 }
+
+// KillAllowance is how late a daemon with watchdog interval WatchdogSec
+// and TimeoutAbortSec abort may act on a deadline before systemd has
+// killed it: a loop stuck at the deadline (or the whole daemon frozen
+// there) has its last ping at most a third of the interval later, systemd
+// sends SIGABRT the interval after that ping and SIGKILL abort later; then
+// BindsTo= stops the units. A live daemon is never later than this either:
+// a timer later than a third of the interval is woken by the watchdog's
+// tick, and is killed if that does not move it. The lease span covers it
+// (policy.Timing.Allowance).
+func KillAllowance(watchdog, abort time.Duration) time.Duration {
+	third := ((watchdog+2)/3 + time.Millisecond - 1).Truncate(time.Millisecond) // at least the check, whole ms
+	return watchdog + third + abort
 }
 
 // updateStatus sends STATUS= when the summary changed. It also hands
@@ -76,26 +98,32 @@ func heapFree() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// mayPing decides a watchdog tick: no ping while a loop is busy with one
-// event for more than within, nor while one is overdue by as much on two
-// ticks in a row. An overdue loop's timer did not fire, most often after
-// a resume the suspend check has not seen yet: the first tick wakes
-// every loop and pings.
+// mayPing decides a watchdog tick (see pingVerdict) and wakes every
+// loop when one is newly overdue: its timer did not fire, most often
+// after a resume the suspend check has not seen yet.
 func (d *Daemon) mayPing(within time.Duration) bool {
 	busy, overdue := d.stuck(within)
-	defer func() { d.lastOverdue = overdue }()
+	ping, wake := pingVerdict(busy, overdue, d.lastOverdue)
+	d.lastOverdue = overdue
 	switch {
-	case busy:
-		d.log.Error("a lease loop has been busy with one event for more than "+within.String()+": withholding the watchdog ping", logging.Event, "watchdog")
-		return false
-	case overdue && d.lastOverdue:
-		d.log.Error("a lease loop has not acted on its wake-up for more than "+within.String()+", even when woken: withholding the watchdog ping", logging.Event, "watchdog")
-		return false
-	case overdue:
+	case wake:
+		d.log.Warn("a lease loop has not acted on its wake-up for more than "+within.String()+": waking every loop and withholding one watchdog ping", logging.Event, "watchdog")
 		supervisor.Resumed()
 		d.wakeAll()
+	case busy:
+		d.log.Error("a lease loop has been busy with one event for more than "+within.String()+": withholding the watchdog ping", logging.Event, "watchdog")
+	case !ping:
+		d.log.Error("a lease loop has not acted on its wake-up for more than "+within.String()+", even when woken: withholding the watchdog ping", logging.Event, "watchdog")
 	}
-	return true
+	return ping
+}
+
+// pingVerdict is a watchdog tick's decision: ping only when no loop is
+// busy or overdue; wake every loop when one is overdue and was not at the
+// last tick. A tick that pings is never more than the check after a loop
+// got stuck, which is what KillAllowance counts on.
+func pingVerdict(busy, overdue, lastOverdue bool) (ping, wake bool) {
+	return !busy && !overdue, overdue && !lastOverdue
 }
 
 // stuck reports whether some supervisor's loop is busy with one event,
@@ -111,65 +139,38 @@ func (d *Daemon) stuck(within time.Duration) (busy, overdue bool) {
 	return busy, overdue
 }
 
-// WatchdogFit is how a daemon's watchdog fits its deadline: a daemon
-// that hangs right after a renewal must be killed, and its units stopped
-// through BindsTo=, no later than its own deadline would have stopped
-// them: WatchdogSec + TimeoutAbortSec <= retry + renew_deadline, after
-// which the units stop within stop_wait like any other stop.
-type WatchdogFit struct {
-	// Max is the longest WatchdogSec that fits, and at least 1s.
-	Max time.Duration
-	// Overrun is how long a hung daemon may outlive its deadline with Max:
-	// 0 when it fits, else what even 1s of watchdog leaves over.
-	Overrun time.Duration
-}
+// ErrNoWatchdog is returned by Run when the daemon runs without a
+// watchdog: nothing would bound how late a daemon that stopped acting
+// stops its units.
+var ErrNoWatchdog = errors.New("no watchdog")
 
-// FitWatchdog fits the watchdog to t with TimeoutAbortSec abort. `run`
-// lowers the daemon's watchdog to Max; `check` reports the same figures.
-func FitWatchdog(t policy.Timing, abort time.Duration) WatchdogFit {
-	budget := t.Retry + t.RenewDeadline
-	if budget-abort >= time.Second {
-		return WatchdogFit{Max: budget - abort}
-	}
-	// abort + 1s - budget, which is positive here; saturated for a
-	// TimeoutAbortSec of infinity.
-	over := time.Duration(math.MaxInt64)
-	if abort <= math.MaxInt64-time.Second {
-		over = abort + time.Second - budget
-	}
-	return WatchdogFit{Max: time.Second, Overrun: over}
-}
-
-// Short reports that not even 1s of watchdog fits: a hung daemon may
-// outlive its deadline by Overrun.
-func (f WatchdogFit) Short() bool { return f.Overrun > 0 }
-
-// ShortWarning says what a short fit costs, for unit (the daemon's).
-func (f WatchdogFit) ShortWarning(unit string, t policy.Timing, abort time.Duration) string {
-	return fmt.Sprintf("%s: TimeoutAbortSec %v leaves under 1s of watchdog within retry %v + renew_deadline %v: run uses 1s, and a hung daemon may outlive its deadline by %v",
-		unit, abort, t.Retry, t.RenewDeadline, f.Overrun)
-}
-
-// fitWatchdog lowers the watchdog timeout to FitWatchdog's Max. It returns the
-// interval in force.
-func (d *Daemon) fitWatchdog(ctx context.Context) time.Duration {
-	interval, err := sdaemon.SdWatchdogEnabled(false)
-	if err != nil || interval <= 0 {
-		return 0
-	}
-	abort, err := d.sd.TimeoutAbort(ctx, d.daemonUnit())
+// watchdogAllowance reads the watchdog interval systemd enforces on this
+// daemon and its unit's TimeoutAbortSec=, and returns the interval and
+// the allowance they give (KillAllowance). It refuses a daemon with no
+// watchdog, or with an abort timeout of infinity.
+func watchdogAllowance(ctx context.Context, sd Manager, unit string) (interval, allowance time.Duration, err error) {
+	interval, err = sdaemon.SdWatchdogEnabled(false)
 	if err != nil {
-		abort = 2 * time.Second
+		return 0, 0, fmt.Errorf("%s: reading the watchdog: %w", unit, err)
 	}
-	t := d.cfg.Timing
-	f := FitWatchdog(t, abort)
-	if f.Short() {
-		d.log.Warn(f.ShortWarning(d.daemonUnit(), t, abort), logging.Event, "config_warning")
+	if interval <= 0 {
+		return 0, 0, fmt.Errorf("%s: %w: set WatchdogSec= in its [Service] section (the packaged unit sets 2s), or nothing bounds how late a daemon that hangs stops its units", unit, ErrNoWatchdog)
 	}
-	if fit := f.Max; interval > fit {
-		d.log.Info(fmt.Sprintf("watchdog lowered from %v to %v (retry %v + renew_deadline %v - TimeoutAbortSec %v)", interval, fit, t.Retry, t.RenewDeadline, abort))
-		d.notify(fmt.Sprintf("WATCHDOG_USEC=%d", fit.Microseconds()))
-		interval = fit
+	abort, err := sd.TimeoutAbort(ctx, unit)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: reading TimeoutAbortSec=: %w", unit, err)
 	}
-	return interval
+	if err := CheckAllowance(interval, abort); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", unit, err)
+	}
+	return interval, KillAllowance(interval, abort), nil
+}
+
+// CheckAllowance refuses a watchdog or an abort timeout over
+// policy.MaxDuration (a TimeoutAbortSec of infinity, say).
+func CheckAllowance(interval, abort time.Duration) error {
+	if interval > policy.MaxDuration || abort > policy.MaxDuration {
+		return fmt.Errorf("WatchdogSec %v and TimeoutAbortSec %v: each must be at most %v, for a daemon that hangs is stopped within them", interval, abort, policy.MaxDuration)
+	}
+	return nil
 }

@@ -165,7 +165,7 @@ func (u *fakeUnits) state() (bool, int, int) {
 }
 
 var testTiming = policy.Timing{Retry: time.Second, RenewDeadline: 2 * time.Second, StopWait: 2 * time.Second,
-	ReplyMax: 500 * time.Millisecond, PollMin: 500 * time.Millisecond, PollMax: time.Second}
+	ReplyMax: 500 * time.Millisecond, PollMin: 500 * time.Millisecond, PollMax: time.Second, Allowance: time.Second}
 
 // supervise runs a supervisor in a synctest bubble: time is fake, so the
 // test takes microseconds and time.Sleep advances it deterministically.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/unitlease/unitlease/internal/daemon"
 	"github.com/unitlease/unitlease/policy"
 )
 
@@ -18,33 +19,38 @@ type profile struct {
 
 // fastTiming is the tests' profile: the fastest timing the daemon runs
 // without a warning. stop_wait may not go below 1 s (unitctl.MinStopWait:
-// room for SIGTERM, then SIGKILL). The watchdog must fit: the daemon sets
-// WatchdogSec to retry + renew_deadline - TimeoutAbortSec, and no lower
-// than 1 s, so that a hung daemon is killed (and its unit stopped through
-// BindsTo=) before its own deadline. With the packaged TimeoutAbortSec=2s
-// that needs retry + renew_deadline >= 3 s; the profile's drop-in
-// shortens the abort to 100 ms instead (the SIGABRT goroutine dump gets
-// less time to reach the journal), so retry + renew_deadline = 1.1 s.
-// With the 1 s scheduling delay in the margin the lease span is 3.106 s.
-// A standby polls every 50 to 100 ms: after a crash it may see the last
-// renewal up to poll_max late and then notice the lease span is over up to
-// poll_max late again, so the worst crash gap is lease span + 2·poll_max +
-// start, which a short poll keeps within 5% of lease span + poll_max + start.
+// room for SIGTERM, then SIGKILL). The lease span covers how late a daemon
+// may act before its watchdog has it killed: WatchdogSec + a third of it
+// + TimeoutAbortSec (daemon.KillAllowance). The profile's drop-in sets
+// WatchdogSec=500ms and TimeoutAbortSec=100ms (the SIGABRT goroutine dump
+// gets less time to reach the journal): an allowance of 767 ms, and a
+// lease span of 2.773 s. A standby polls every 50 to 100 ms: after a crash
+// it may see the last renewal up to poll_max late and then notice the
+// lease span is over up to poll_max late again, so the worst crash gap is
+// lease span + 2·poll_max + start, which a short poll keeps within 5% of
+// lease span + poll_max + start.
 var fastTiming = policy.Timing{
 	Retry:         200 * time.Millisecond,
-	RenewDeadline: 900 * time.Millisecond,
+	RenewDeadline: 800 * time.Millisecond,
 	StopWait:      time.Second,
 	ReplyMax:      150 * time.Millisecond,
 	PollMin:       50 * time.Millisecond,
 	PollMax:       100 * time.Millisecond,
+	Allowance:     daemon.KillAllowance(fastWatchdog, fastAbort),
 }
+
+// The fast profile's watchdog of unitlease.service.
+const (
+	fastWatchdog = 500 * time.Millisecond
+	fastAbort    = 100 * time.Millisecond
+)
 
 var profiles = map[string]profile{
 	"fast": {
 		name:   "fast",
 		t:      fastTiming,
 		timing: timingTable(fastTiming),
-		dropIn: "[Service]\nTimeoutAbortSec=100ms\n",
+		dropIn: fmt.Sprintf("[Service]\nWatchdogSec=%v\nTimeoutAbortSec=%v\n", fastWatchdog, fastAbort),
 		under:  3 * time.Second,
 	},
 	"default": {
