@@ -3,6 +3,7 @@ package unitctl
 import (
 	"bytes"
 	"fmt"
+	"iter"
 	"strings"
 )
 
@@ -111,17 +112,14 @@ func parseFile(unit, file string, data []byte) (fileSettings, bool, error) {
 	if !bytes.Contains(data, sectionHeader) {
 		return s, false, nil
 	}
-	found, inSection := false, false
-	for l := range logicalLines(data) {
+	found := false
+	for l := range unitLines(data) {
 		switch {
-		case l.text == "" || l.text[0] == '#' || l.text[0] == ';':
-		case l.text[0] == '[':
-			inSection = l.text == string(sectionHeader)
-			if inSection {
-				found, s.headerLine = true, l.line
-			}
-		case inSection:
-			if err := s.set(unit, file, l); err != nil {
+		case l.section != Section:
+		case l.header:
+			found, s.headerLine = true, l.line
+		default:
+			if err := s.set(unit, file, l.logicalLine); err != nil {
 				return s, false, err
 			}
 		}
@@ -144,6 +142,39 @@ func (s *fileSettings) set(unit, file string, l logicalLine) error {
 	}
 	s.lease, s.leaseLine = value, l.line
 	return nil
+}
+
+// unitLine is a logical line of a unit file that is neither blank nor a
+// comment: a section header, or a line of the section it is in.
+type unitLine struct {
+	logicalLine
+	section string // the section the line is in; for a header, the one it opens ("" if malformed)
+	header  bool
+}
+
+// unitLines yields the lines of a unit file that are neither blank nor
+// comments, each with its section. A line before the first header has
+// the section "".
+func unitLines(data []byte) iter.Seq[unitLine] {
+	return func(yield func(unitLine) bool) {
+		section := ""
+		for l := range logicalLines(data) {
+			header := false
+			switch {
+			case l.text == "" || l.text[0] == '#' || l.text[0] == ';':
+				continue
+			case l.text[0] == '[':
+				name, ok := strings.CutSuffix(l.text[1:], "]")
+				if !ok {
+					name = ""
+				}
+				section, header = name, true
+			}
+			if !yield(unitLine{l, section, header}) {
+				return
+			}
+		}
+	}
 }
 
 // logicalLine is one line after joining continuations.

@@ -196,12 +196,9 @@ func (d *discovery) paths(ctx context.Context, name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var paths []string
-	if f, _ := frag.Value().(string); f != "" && f != "/dev/null" {
-		paths = append(paths, f)
-	}
+	f, _ := frag.Value().(string)
 	dropins, _ := drops.Value().([]string)
-	return append(paths, dropins...), nil
+	return unitFiles(f, dropins), nil
 }
 
 // marked parses the annotation of a unit whose files carry the section,

@@ -3,6 +3,8 @@ package unitctl
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -90,41 +92,76 @@ func (p *Plan) guardCommand() execCommand {
 
 // verify checks that systemd applies the drop-in as written: a drop-in
 // that sorts later, or a file that failed to load, would leave the unit
-// unsafe.
+// unsafe. The error is a *DropInError; each problem names the file and
+// line that set the value systemd applies (see setIn).
 func (p *Plan) verify(s settings) error {
-	var problems []string
-	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	if !slices.Contains(s.DropInPaths, p.cfg.DropInPath(p.Unit)) {
-		bad("systemd does not list %s among its drop-ins", p.cfg.DropInPath(p.Unit))
+	path := p.cfg.DropInPath(p.Unit)
+	e := &DropInError{Unit: p.Unit, Path: path, Applied: slices.Contains(s.DropInPaths, path)}
+	if _, err := os.Stat(path); err == nil {
+		e.OnDisk = true
+	}
+	bad := func(format string, args ...any) { e.Problems = append(e.Problems, fmt.Sprintf(format, args...)) }
+	if !e.Applied {
+		bad("systemd does not list %s among its drop-ins: %s", path, notApplied(s, path, e.OnDisk))
 	}
 	want := append([]execCommand{p.guardCommand()}, p.ownPre...)
 	if !slices.EqualFunc(s.ExecStartPre, want, sameExec) {
-		bad("ExecStartPre= is %s, want the guard and then the unit's own %d command(s)", describeExecs(s.ExecStartPre), len(p.ownPre))
+		bad("ExecStartPre= is %s%s, want the guard and then the unit's own %d command(s)",
+			describeExecs(s.ExecStartPre), paren(s.listIn("Service", "ExecStartPre")), len(p.ownPre))
 	}
 	// The phases systemd applies now: a drop-in that sorts later may have
 	// added ExecStop= or ExecStopPost= commands, each one more phase.
 	phases := stopPhases(s)
 	if limit := min(p.stopPhase, stopPhaseTimeout(p.cfg, len(phases))); limit < MinStopPhase {
-		bad("the %d phases of the stop (%s) do not fit the stop budget %v", len(phases), strings.Join(phases, ", "), p.cfg.StopTimeout())
+		bad("the %d phases of the stop (%s)%s do not fit the stop budget %v", len(phases), strings.Join(phases, ", "), s.stopCommandsIn(), p.cfg.StopTimeout())
 	} else if s.TimeoutStopUSec > uint64(limit/time.Microsecond) {
-		bad("TimeoutStopSec=%s exceeds %v, the share of each of the %d phases of the stop (%s)", formatUSec(s.TimeoutStopUSec), limit, len(phases), strings.Join(phases, ", "))
+		bad("TimeoutStopSec=%s%s exceeds %v, the share of each of the %d phases of the stop (%s)%s", formatUSec(s.TimeoutStopUSec), s.setIn("Service", "TimeoutStopSec", "TimeoutSec"),
+			limit, len(phases), strings.Join(phases, ", "), s.stopCommandsIn())
 	}
 	if s.FinalKillSignal != 0 && s.FinalKillSignal != int32(syscall.SIGKILL) {
-		bad("FinalKillSignal=%s, want SIGKILL", signalName(s.FinalKillSignal))
+		bad("FinalKillSignal=%s%s, want SIGKILL", signalName(s.FinalKillSignal), s.setIn("Service", "FinalKillSignal"))
 	}
 	if s.TimeoutStopFailureMode == "abort" {
-		bad("TimeoutStopFailureMode=abort, want terminate or kill")
+		bad("TimeoutStopFailureMode=abort%s, want terminate or kill", s.setIn("Service", "TimeoutStopFailureMode"))
 	}
-	if s.KillMode != p.killMode || !s.SendSIGKILL {
-		bad("KillMode=%s SendSIGKILL=%t, want %s and yes", s.KillMode, s.SendSIGKILL, p.killMode)
+	if s.KillMode != p.killMode {
+		bad("KillMode=%s%s, want %s", s.KillMode, s.setIn("Service", "KillMode"), p.killMode)
+	}
+	if !s.SendSIGKILL {
+		bad("SendSIGKILL=no%s, want yes", s.setIn("Service", "SendSIGKILL"))
 	}
 	if !slices.Contains(s.BindsTo, p.cfg.DaemonUnit) || !slices.Contains(s.After, p.cfg.DaemonUnit) {
 		bad("not bound to and ordered after %s", p.cfg.DaemonUnit)
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s: %v", ErrDropIn, p.Unit, problems)
+	if len(e.Problems) > 0 {
+		return e
 	}
 	return nil
+}
+
+// notApplied says why systemd does not apply the drop-in at path.
+func notApplied(s settings, path string, onDisk bool) string {
+	for _, d := range s.DropInPaths {
+		if filepath.Base(d) == filepath.Base(path) {
+			return fmt.Sprintf("%s, of the same name, hides it", d)
+		}
+	}
+	if onDisk {
+		return "it is on disk, but systemd has not read it since it was written (no daemon-reload since)"
+	}
+	return "it is not on disk"
+}
+
+// DropInPath is the file of the plan's drop-in.
+func (p *Plan) DropInPath() string { return p.cfg.DropInPath(p.Unit) }
+
+// DaemonUnit is the unit the plan's drop-in binds the unit to.
+func (p *Plan) DaemonUnit() string { return p.cfg.DaemonUnit }
+
+// Protections says what the drop-in enforces, for a report.
+func (p *Plan) Protections() string {
+	return fmt.Sprintf("the guard runs first, BindsTo= and After= %s, KillMode=%s, SendSIGKILL=yes, TimeoutStopSec=%v",
+		p.cfg.DaemonUnit, p.killMode, p.stopPhase)
 }
 
 func describeExecs(cmds []execCommand) string {

@@ -102,6 +102,24 @@ func (e *JobError) Unwrap() []error {
 	return []error{e.Err, e.Cause}
 }
 
+// DropInError says how a unit's drop-in is not in effect as written: one
+// problem for each protection that is defeated, naming the file and line
+// that set the value systemd applies where a file does. It wraps
+// ErrDropIn.
+type DropInError struct {
+	Unit     string
+	Path     string // the drop-in's file
+	Applied  bool   // systemd lists Path among the unit's drop-ins
+	OnDisk   bool   // Path exists
+	Problems []string
+}
+
+func (e *DropInError) Error() string {
+	return fmt.Sprintf("%v: %s: %s", ErrDropIn, e.Unit, strings.Join(e.Problems, "; "))
+}
+
+func (e *DropInError) Unwrap() error { return ErrDropIn }
+
 // RefusedError lists why a unit cannot be managed. It wraps ErrRefused.
 type RefusedError struct {
 	Unit    string

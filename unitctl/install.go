@@ -96,6 +96,17 @@ func (s *Systemd) install(ctx context.Context, plans []*Plan, reloadToCheck bool
 	return failed, nil
 }
 
+// Verify checks, without writing or reloading anything, that p's drop-in
+// is in effect as written on the unit as systemd has it loaded now: it
+// returns nil, a *DropInError (wrapping ErrDropIn) listing every
+// protection that is defeated and the file and line that defeat it, or
+// the error of reading the unit's settings. p is what Validate returned
+// for the unit; with the drop-in in effect, Validate sees the settings it
+// pins.
+func (s *Systemd) Verify(ctx context.Context, p *Plan) error {
+	return s.verify(ctx, []*Plan{p})[p.Unit]
+}
+
 // verify checks every plan's drop-in against what systemd applies.
 func (s *Systemd) verify(ctx context.Context, plans []*Plan) map[string]error {
 	failed := map[string]error{}

@@ -57,16 +57,21 @@ func assess(s settings, cfg Config) (refusals, warnings []string) {
 	switch s.KillMode {
 	case "control-group", "mixed":
 	default:
-		refuse("KillMode=%s leaves processes of the unit running after a stop; use control-group (or mixed)", s.KillMode)
+		refuse("KillMode=%s%s leaves processes of the unit running after a stop; use control-group (or mixed)", s.KillMode, s.setIn("Service", "KillMode"))
 	}
 	if !s.SendSIGKILL {
-		refuse("SendSIGKILL=no: a process that ignores SIGTERM would outlive the stop")
+		refuse("SendSIGKILL=no%s: a process that ignores SIGTERM would outlive the stop", s.setIn("Service", "SendSIGKILL"))
 	}
 	if s.Type == "oneshot" && !s.RemainAfterExit {
-		refuse("Type=oneshot without RemainAfterExit=yes is inactive again once it finished: there is nothing to hold")
+		refuse("Type=oneshot%s without RemainAfterExit=yes is inactive again once it finished: there is nothing to hold", s.setIn("Service", "Type"))
 	}
-	if s.RefuseManualStart || s.RefuseManualStop {
-		refuse("RefuseManualStart= or RefuseManualStop= is set: unitlease must start and stop the unit")
+	for _, r := range []struct {
+		key string
+		set bool
+	}{{"RefuseManualStart", s.RefuseManualStart}, {"RefuseManualStop", s.RefuseManualStop}} {
+		if r.set {
+			refuse("%s=yes%s: unitlease must start and stop the unit", r.key, s.setIn("Unit", r.key))
+		}
 	}
 	if slices.Contains(enabledStates, s.UnitFileState) {
 		refuse("UnitFileState=%s: systemd starts it at boot, before unitlease has written the guard drop-in (it lives in /run and is gone after a reboot), so two copies could run; run systemctl disable %s", s.UnitFileState, s.ID)
@@ -81,21 +86,21 @@ func assess(s settings, cfg Config) (refusals, warnings []string) {
 		}
 	}
 	if s.FinalKillSignal != 0 && s.FinalKillSignal != int32(syscall.SIGKILL) {
-		refuse("FinalKillSignal=%s: systemd's last kill of a stop that timed out would not end a process, which then outlives stop_wait once the daemon is gone; remove it (the default is SIGKILL)", signalName(s.FinalKillSignal))
+		refuse("FinalKillSignal=%s%s: systemd's last kill of a stop that timed out would not end a process, which then outlives stop_wait once the daemon is gone; remove it (the default is SIGKILL)", signalName(s.FinalKillSignal), s.setIn("Service", "FinalKillSignal"))
 	}
 	if s.TimeoutStopFailureMode == "abort" {
-		refuse("TimeoutStopFailureMode=abort: a stop phase that times out is followed by SIGABRT and a wait of TimeoutAbortSec=, outside the stop budget; use terminate (the default) or kill")
+		refuse("TimeoutStopFailureMode=abort%s: a stop phase that times out is followed by SIGABRT and a wait of TimeoutAbortSec=, outside the stop budget; use terminate (the default) or kill", s.setIn("Service", "TimeoutStopFailureMode"))
 	}
 	phases := stopPhases(s)
 	if s.BusName != "" {
-		refuse("BusName=%s: a D-Bus call to that name can activate it, at boot without the guard; remove BusName= (and its D-Bus activation file) to manage it", s.BusName)
+		refuse("BusName=%s%s: a D-Bus call to that name can activate it, at boot without the guard; remove BusName= (and its D-Bus activation file) to manage it", s.BusName, s.setIn("Service", "BusName"))
 	}
 	budget := cfg.StopTimeout()
 	per := stopPhaseTimeout(cfg, len(phases))
 	switch {
 	case per < MinStopPhase:
-		refuse("its stop has %d phases that systemd bounds one by one with TimeoutStopSec= (%s); within the stop budget %v (stop_wait %v minus the %v kill margin), with up to %v of systemd's timer slack after each phase but the last, each would get %v, below %v: raise stop_wait or use fewer ExecStop=/ExecStopPost= commands",
-			len(phases), strings.Join(phases, ", "), budget, cfg.StopWait, KillMargin(cfg.StopWait), systemdTimerSlack, max(per, 0), MinStopPhase)
+		refuse("its stop has %d phases that systemd bounds one by one with TimeoutStopSec= (%s)%s; within the stop budget %v (stop_wait %v minus the %v kill margin), with up to %v of systemd's timer slack after each phase but the last, each would get %v, below %v: raise stop_wait or use fewer ExecStop=/ExecStopPost= commands",
+			len(phases), strings.Join(phases, ", "), s.stopCommandsIn(), budget, cfg.StopWait, KillMargin(cfg.StopWait), systemdTimerSlack, max(per, 0), MinStopPhase)
 	case s.TimeoutStopUSec <= uint64(per/time.Microsecond):
 	case len(phases) == 1:
 		warnings = append(warnings, fmt.Sprintf("TimeoutStopSec=%s exceeds the stop budget %v (stop_wait %v minus the %v kill margin); the drop-in sets TimeoutStopSec=%v",
