@@ -44,10 +44,10 @@ bench-scale:
 # The fault scenarios (vm-tests/faults, as root): three containers with the
 # .deb installed, a real Redis, the exclusion witness; a table per scenario
 # and the runs as JSON. VMTEST_PROFILE=default runs the daemon's default
-# timing (slow: about a minute per run). The fast profile cannot bring a
-# crash failover under 3 s (its lease span alone is 3.106 s: stop_wait
-# >= 1 s, the 1 s scheduling margin and a watchdog of >= 1 s that fits in
-# retry + renew_deadline), so that figure is reported, not enforced, here.
+# timing (slow: about a minute per run). The fast profile's crash failover
+# is about 2.9 s (a lease span of 2.773 s, a poll and the start), close
+# enough to 3 s that a loaded machine may pass it: the figure is reported,
+# not enforced, here.
 VMTEST_RUNS    ?= 2
 VMTEST_PROFILE ?= fast
 VMTEST_FLAGS   ?= -crash-under-advisory
