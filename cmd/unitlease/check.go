@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/unitlease/unitlease/internal/config"
@@ -110,6 +112,7 @@ func (c *checker) units(ctx context.Context, cfg *config.Config) {
 		c.warn("no unit has an [X-UnitLease] section")
 	}
 	ucfg := unitctl.Config{StopWait: cfg.Timing.StopWait}
+	daemonState := map[string]string{} // the daemon unit's ActiveState, read once
 	for _, a := range anns {
 		plan, err := sd.Validate(ctx, a.Unit, ucfg)
 		var refused *unitctl.RefusedError
@@ -123,8 +126,76 @@ func (c *checker) units(ctx context.Context, cfg *config.Config) {
 			for _, w := range plan.Warnings {
 				c.warn("%s: %s", a.Unit, w)
 			}
+			d := dropInState{unit: a.Unit, path: plan.DropInPath(), daemon: plan.DaemonUnit(),
+				verified: sd.Verify(ctx, plan), want: plan.DropIn, protections: plan.Protections()}
+			if _, ok := daemonState[d.daemon]; !ok {
+				daemonState[d.daemon], _ = sd.ActiveState(ctx, d.daemon)
+			}
+			d.daemonState = daemonState[d.daemon]
+			d.onDisk, err = os.ReadFile(d.path)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				c.fail("%s: read its drop-in: %v", a.Unit, err)
+				continue
+			}
+			c.dropIn(d)
 		}
 	}
+}
+
+// dropInState is what check found of the drop-in of a unit that passed
+// validation.
+type dropInState struct {
+	unit, path  string
+	daemon      string // the unit the drop-in binds it to
+	daemonState string // its ActiveState; "" if it could not be read
+	verified    error  // what Verify said of the drop-in on the unit as systemd has it loaded
+	onDisk      []byte // the file's contents; nil if it is missing
+	want        []byte // what this configuration writes
+	protections string // what the drop-in enforces
+}
+
+// dropIn reports whether the unit's drop-in is installed and its
+// protections are in effect: an error for each protection that is
+// defeated, naming the file and line that defeat it. A unit with no
+// drop-in yet while no daemon runs is a warning: the daemon writes it
+// when it starts.
+func (c *checker) dropIn(d dropInState) {
+	var de *unitctl.DropInError
+	switch {
+	case errors.As(d.verified, &de) && !de.Applied && !de.OnDisk && !activeStates[d.daemonState]:
+		c.warn("%s: no drop-in yet (%s): %s is %s, and writes it when it starts; until then a start of %s does not go through the guard",
+			d.unit, d.path, d.daemon, orUnknown(d.daemonState), d.unit)
+	case de != nil:
+		for _, p := range de.Problems {
+			c.fail("%s: drop-in %s not in effect: %s", d.unit, d.path, p)
+		}
+		if !de.Applied && !de.OnDisk {
+			c.fail("%s: %s is %s but has not written %s: it does at the next systemctl daemon-reload, unless it refused the unit (journalctl -u %s)",
+				d.unit, d.daemon, orUnknown(d.daemonState), d.path, d.daemon)
+		}
+	case d.verified != nil:
+		c.fail("%s: verify its drop-in %s: %v", d.unit, d.path, d.verified)
+	default:
+		c.ok("%s: drop-in %s in effect: %s", d.unit, d.path, d.protections)
+		switch {
+		case d.onDisk == nil:
+			c.warn("%s: systemd applies %s, but it is gone from disk: the next daemon-reload drops it, and only a running %s writes it again",
+				d.unit, d.path, d.daemon)
+		case !bytes.Equal(d.onDisk, d.want):
+			c.warn("%s: %s differs from what this configuration writes: the daemon that wrote it runs with another configuration or version; restart %s to apply this one",
+				d.unit, d.path, d.daemon)
+		}
+	}
+}
+
+// activeStates are the ActiveState values of a daemon that runs.
+var activeStates = map[string]bool{"active": true, "reloading": true, "activating": true}
+
+func orUnknown(state string) string {
+	if state == "" {
+		return "in an unknown state"
+	}
+	return state
 }
 
 // watchdog reads unitlease.service's watchdog as systemd loaded it and

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/unitlease/unitlease/unitctl"
+)
+
+// TestCheckDropIn: what check reports of the drop-in of a unit that
+// passed validation.
+func TestCheckDropIn(t *testing.T) {
+	const path = "/run/systemd/system/vpn.service.d/zz-unitlease.conf"
+	text := []byte("[Unit]\nBindsTo=unitlease.service\n")
+	base := dropInState{unit: "vpn.service", path: path, daemon: "unitlease.service", daemonState: "active",
+		onDisk: text, want: text, protections: "the guard runs first"}
+	defeated := &unitctl.DropInError{Unit: "vpn.service", Path: path, Applied: true, OnDisk: true, Problems: []string{
+		"KillMode=process (set in /etc/systemd/system/vpn.service.d/zzz.conf:3), want control-group",
+		"FinalKillSignal=SIGQUIT (set in /etc/systemd/system/vpn.service.d/zzz.conf:4), want SIGKILL",
+	}}
+	absent := &unitctl.DropInError{Unit: "vpn.service", Path: path, Problems: []string{
+		"systemd does not list " + path + " among its drop-ins: it is not on disk",
+		"ExecStartPre= is [], want the guard and then the unit's own 0 command(s)",
+	}}
+	tests := []struct {
+		name   string
+		edit   func(*dropInState)
+		failed bool
+		want   []string // the lines, in order
+	}{
+		{"in effect", func(*dropInState) {}, false, []string{
+			"ok       vpn.service: drop-in " + path + " in effect: the guard runs first"}},
+		{"defeated", func(d *dropInState) { d.verified = defeated }, true, []string{
+			"error    vpn.service: drop-in " + path + " not in effect: KillMode=process (set in /etc/systemd/system/vpn.service.d/zzz.conf:3), want control-group",
+			"error    vpn.service: drop-in " + path + " not in effect: FinalKillSignal=SIGQUIT (set in /etc/systemd/system/vpn.service.d/zzz.conf:4), want SIGKILL"}},
+		{"no daemon yet", func(d *dropInState) { d.verified, d.daemonState, d.onDisk = absent, "inactive", nil }, false, []string{
+			"warning  vpn.service: no drop-in yet (" + path + "): unitlease.service is inactive, and writes it when it starts; until then a start of vpn.service does not go through the guard"}},
+		{"daemon runs, no drop-in", func(d *dropInState) { d.verified, d.onDisk = absent, nil }, true, []string{
+			"error    vpn.service: drop-in " + path + " not in effect: systemd does not list " + path + " among its drop-ins: it is not on disk",
+			"error    vpn.service: drop-in " + path + " not in effect: ExecStartPre= is [], want the guard and then the unit's own 0 command(s)",
+			"error    vpn.service: unitlease.service is active but has not written " + path + ": it does at the next systemctl daemon-reload, unless it refused the unit (journalctl -u unitlease.service)"}},
+		{"gone from disk", func(d *dropInState) { d.onDisk = nil }, false, []string{
+			"ok       vpn.service: drop-in " + path + " in effect: the guard runs first",
+			"warning  vpn.service: systemd applies " + path + ", but it is gone from disk: the next daemon-reload drops it, and only a running unitlease.service writes it again"}},
+		{"another configuration", func(d *dropInState) { d.want = []byte("other") }, false, []string{
+			"ok       vpn.service: drop-in " + path + " in effect: the guard runs first",
+			"warning  vpn.service: " + path + " differs from what this configuration writes: the daemon that wrote it runs with another configuration or version; restart unitlease.service to apply this one"}},
+		{"unreadable", func(d *dropInState) { d.verified = errors.New("unitctl: read the settings of vpn.service: timeout") }, true, []string{
+			"error    vpn.service: verify its drop-in " + path + ": unitctl: read the settings of vpn.service: timeout"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			c := checker{out: &out}
+			d := base
+			tt.edit(&d)
+			c.dropIn(d)
+			if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", out.String(), strings.Join(tt.want, "\n"))
+			}
+			if c.failed != tt.failed {
+				t.Errorf("failed %t, want %t", c.failed, tt.failed)
+			}
+		})
+	}
+}
