@@ -26,7 +26,11 @@
 //     them. A malformed annotation is an *AnnotationError that names the
 //     file and line; that unit is left out and the others are not.
 //   - Install writes the drop-ins of a batch, reloads systemd once, and
-//     checks that each drop-in is in effect as written.
+//     checks that each drop-in is in effect as written; Recheck and Verify
+//     check it again. A protection that is defeated is a *DropInError
+//     (ErrDropIn) that names the value and the file and line that set it,
+//     read from the unit's files in systemd's order; a refusal names the
+//     file and line of a setting of the unit's own files the same way.
 //
 // # What it does not promise
 //
@@ -75,8 +79,8 @@
 //
 // DropInPath(unit) (/run/systemd/system/UNIT.d/zz-unitlease.conf) holds:
 // BindsTo= and After= on the daemon's unit, so that systemd stops the unit
-// when the daemon stops, dies or is killed by its watchdog (DESIGN.md rule
-// 6). ExecStartPre= is reset, then the guard runs first, then the unit's
+// when the daemon stops, dies or is killed by its watchdog (rule 6).
+// ExecStartPre= is reset, then the guard runs first, then the unit's
 // own ExecStartPre= commands, re-rendered. TimeoutStopSec= is each stop
 // phase's share of the budget, so that systemd alone, once the daemon is
 // gone, stops the unit within stop_wait whatever ExecStop= and

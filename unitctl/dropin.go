@@ -42,7 +42,7 @@ func newPlan(s settings, cfg Config) (*Plan, error) {
 
 // render writes the drop-in:
 //
-//   - [Unit] BindsTo= and After= the daemon's unit (DESIGN.md rule 6): when
+//   - [Unit] BindsTo= and After= the daemon's unit (rule 6): when
 //     the daemon stops, fails or is killed by its watchdog, systemd stops
 //     the unit; After= makes that stop come first and a start wait for the
 //     daemon. A restart of the daemon stops the unit too: a handover.
