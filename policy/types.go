@@ -37,9 +37,18 @@ func (i Instant) String() string {
 // shortcut), LeaseSpan (the writer's span, waited out if longer), and
 // Holder, Token and Version in Extends (a renewal whose reply was lost is
 // not a loss); the store compares them in its scripts.
+//
+// A unit belongs to one lease across the cluster. When the store finds one
+// of the lease's units named by another lease's live record, it reports
+// that instead, marked by Lease and Unit: the standby ages it like a record
+// held by another node (every renewal of the other lease changes it), and
+// acquires over it only once it stayed the same for the lease span. Such a
+// record is never Released.
 type Record struct {
-	Present  bool   // false: the key is missing; the other fields are empty
-	Raw      string // the stored bytes, exactly
+	Present bool // false: the key is missing; the other fields are empty
+	// Raw is the stored bytes, exactly; for a record of another lease, the
+	// store's encoding of every value the observation read.
+	Raw      string
 	Holder   string
 	Token    string
 	Version  uint64
@@ -48,6 +57,11 @@ type Record struct {
 	// said). A standby waits the longer of it and its own: a holder
 	// configured with a longer span may run its unit that much longer.
 	LeaseSpan time.Duration
+	// Lease, if not empty, is the other lease whose live record names
+	// Unit, one of this lease's units; Holder, Version and LeaseSpan are
+	// that record's (LeaseSpan the longest of the values read).
+	Lease string
+	Unit  string
 }
 
 // Absent is the record of a missing key.
@@ -55,10 +69,11 @@ var Absent = Record{}
 
 // Extends reports whether r is a later write of held's tenure: held (not
 // released), by the same holder with the same token, which no other
-// acquisition reuses, at a higher version. Such a record is this node's
-// own renewal whose reply was lost, not a loss.
+// acquisition reuses, at a higher version, of this lease (not another's).
+// Such a record is this node's own renewal whose reply was lost, not a
+// loss.
 func (r Record) Extends(held Record) bool {
-	return r.Present && !r.Released && held.Token != "" && r.Token == held.Token && r.Holder == held.Holder && r.Version > held.Version
+	return r.Present && !r.Released && r.Lease == "" && held.Token != "" && r.Token == held.Token && r.Holder == held.Holder && r.Version > held.Version
 }
 
 // Same reports whether r and o are the same stored value.
@@ -68,6 +83,8 @@ func (r Record) String() string {
 	switch {
 	case !r.Present:
 		return "missing"
+	case r.Lease != "":
+		return fmt.Sprintf("%s held under lease %s by %s at version %d", r.Unit, r.Lease, r.Holder, r.Version)
 	case r.Released:
 		return fmt.Sprintf("released by %s at version %d", r.Holder, r.Version)
 	}

@@ -11,10 +11,19 @@ import "github.com/redis/go-redis/v9"
 //	{"lost", cur}       renew, release: someone else holds it, or a newer version
 //	{"missing"}         renew, release: the key does not exist
 //	{"garbage", cur}    the key holds something that is not a record
+//	{"garbage", v, key} a unit key holds something that is not a unit record
+//	{"claimed", key, v} a unit key names another lease (v absent if missing)
+//
+// KEYS[1] is the lease key; KEYS[2..] are the unit keys of the lease's
+// units (none for a store call without units). A unit key holds the
+// record of the lease that last claimed the unit, with that lease's name
+// in front (unitLua); the holder writes it in the same script as the
+// lease key, so it changes exactly when the lease's record does.
 //
 // Records are built by concatenation in a fixed field order. Holder and
-// token are restricted (ValidNode, hex) so they need no escaping, and
-// versions are formatted with %d so Lua never writes 1e+15.
+// token are restricted (ValidNode, hex) so they need no escaping, lease
+// names are restricted to the characters of unit names and passed already
+// escaped, and versions are formatted with %d so Lua never writes 1e+15.
 
 // recordLua builds the record for holder, version, token, state, span.
 const recordLua = `
@@ -30,13 +39,60 @@ local function decode(raw)
      (rec.state ~= 'held' and rec.state ~= 'released') then return nil end
   return rec
 end
+` + unitLua
+
+// unitLua reads and writes unit keys. unitvalue is the unit key's value for
+// lease (escaped) and the lease's record rec: the record with the lease's
+// name as its first field. unitrec decodes a unit key's value only if it is
+// exactly what unitvalue writes (decodeUnit is the same rule in Go): the
+// lease field as the scripts escape it, then a record field for field as
+// record writes it. It returns the record with lease set to the escaped
+// name, or nil: garbage, which no script writes over.
+const unitLua = `
+local function unitvalue(lease, rec)
+  return '{"lease":"' .. lease .. '",' .. string.sub(rec, 2)
+end
+local maxint = 9007199254740991
+local function unitrec(raw)
+  local lease, rest = string.match(raw, '^{"lease":"([^"]*)",(.*)$')
+  if not lease or lease == '' or
+     string.find((string.gsub(lease, '\\\\', '')), '[^A-Za-z0-9:_%.@%-]') then return nil end
+  local body = '{' .. rest
+  local rec = decode(body)
+  if not rec or rec.version > maxint or type(rec.lease_span_ms) ~= 'number' or
+     rec.lease_span_ms < 0 or rec.lease_span_ms > maxint or
+     rec.lease_span_ms ~= math.floor(rec.lease_span_ms) or
+     #rec.holder > 253 or not string.find(rec.holder, '^[A-Za-z0-9][A-Za-z0-9%._%-]*$') or
+     #rec.token ~= 32 or not string.find(rec.token, '^[0-9a-f]*$') or
+     record(rec.holder, rec.version, rec.token, rec.state, string.format('%d', rec.lease_span_ms)) ~= body then
+    return nil
+  end
+  rec.lease = lease
+  return rec
+end
+-- live is a unit key's value when it names another lease than ARGV[n]
+-- with a held record, '' when it names none (missing, this lease, or a
+-- released record); nil and the garbage reply when it is not a unit record.
+local function live(i, n)
+  local v = redis.call('GET', KEYS[i])
+  if not v then return '' end
+  local u = unitrec(v)
+  if not u then return nil, {'garbage', v, KEYS[i]} end
+  if u.lease ~= ARGV[n] and u.state == 'held' then return v end
+  return ''
+end
 `
 
-// acquireScript: KEYS[1] lease key. ARGV: expected value, "1" if the caller
-// saw the key missing, holder, token, floor version, ttl ms, events
-// channel, lease span ms. Compare-and-set on exactly the bytes observed; the
+// acquireScript: KEYS[1] lease key, KEYS[2..] unit keys. ARGV: expected
+// value, "1" if the caller saw the key missing, holder, token, floor
+// version, ttl ms, events channel, lease span ms, lease name (escaped), then
+// for each unit key the value of another lease's live record the caller
+// observed and aged there (empty for none). Compare-and-set on exactly the
+// bytes observed, the unit keys included: a unit key that names another
+// lease's live record other than the one aged is refused ('claimed'). The
 // new version is one above both the old one and the caller's floor (the
-// highest version it has seen, which survives a Redis data loss).
+// highest version it has seen, which survives a Redis data loss). The unit
+// keys are claimed: each gets the new record under this lease's name.
 var acquireScript = redis.NewScript(recordLua + `
 local cur = redis.call('GET', KEYS[1])
 if ARGV[2] == '1' then
@@ -52,8 +108,16 @@ if cur then
   if not rec then return {'garbage', cur} end
   if rec.version > version then version = rec.version end
 end
+for i = 2, #KEYS do
+  local v, reply = live(i, 9)
+  if not v then return reply end
+  if v ~= ARGV[8 + i] then return {'claimed', KEYS[i], redis.call('GET', KEYS[i])} end
+end
 local new = record(ARGV[3], version + 1, ARGV[4], 'held', ARGV[8])
 redis.call('SET', KEYS[1], new, 'PX', ARGV[6])
+for i = 2, #KEYS do
+  redis.call('SET', KEYS[i], unitvalue(ARGV[9], new), 'PX', ARGV[6])
+end
 redis.call('PUBLISH', ARGV[7], new)
 return {'ok', new}
 `)
@@ -75,26 +139,74 @@ local function owned()
 end
 `
 
-// renewScript: KEYS[1] lease key. ARGV: holder, token, version, ttl ms,
-// lease span ms.
-var renewScript = redis.NewScript(recordLua + ownedLua + `
+// unitsLua checks a lease's unit keys before its holder writes them:
+// checkunits returns, for each unit key, whether to leave it (garbage,
+// which is never written over, or with keep, another lease's record), and
+// the first garbage reply; or nil and the 'claimed' reply when a unit key
+// names another lease's live record. writeunits writes rec under this
+// lease's name to the others. okreply adds the garbage unit key, if any,
+// to an 'ok' reply: the write happened, and that key was left alone.
+const unitsLua = `
+local function checkunits(n, keep)
+  local skip, garbage = {}, nil
+  for i = 2, #KEYS do
+    local v, reply = live(i, n)
+    if not v then
+      skip[i] = true
+      garbage = garbage or reply
+    elseif v ~= '' then
+      if not keep then return nil, {'claimed', KEYS[i], v} end
+      skip[i] = true
+    elseif keep then
+      local cur = redis.call('GET', KEYS[i])
+      if cur and unitrec(cur).lease ~= ARGV[n] then skip[i] = true end
+    end
+  end
+  return skip, garbage
+end
+local function writeunits(n, rec, ttl, skip)
+  for i = 2, #KEYS do
+    if not skip[i] then redis.call('SET', KEYS[i], unitvalue(ARGV[n], rec), 'PX', ttl) end
+  end
+end
+local function okreply(new, garbage)
+  if garbage then return {'ok', new, garbage[3], garbage[2]} end
+  return {'ok', new}
+end
+`
+
+// renewScript: KEYS[1] lease key, KEYS[2..] unit keys. ARGV: holder,
+// token, version, ttl ms, lease span ms, lease name (escaped). The unit
+// keys get the new record too (claimed again if they were missing or
+// named another lease's released record); one that names another lease's
+// live record is a loss: the unit was taken under that lease, and nothing
+// is written.
+var renewScript = redis.NewScript(recordLua + ownedLua + unitsLua + `
 local rec, reply = owned()
 if not rec then return reply end
+local skip, garbage = checkunits(6, false)
+if not skip then return garbage end
 local new = record(ARGV[1], rec.version + 1, ARGV[2], 'held', ARGV[5])
 redis.call('SET', KEYS[1], new, 'PX', ARGV[4])
-return {'ok', new}
+writeunits(6, new, ARGV[4], skip)
+return okreply(new, garbage)
 `)
 
-// releaseScript: KEYS[1] lease key. ARGV: holder, token, version, ttl ms,
-// lease span ms, events channel. Writes a released record (a standby may
-// acquire over it at once) and publishes it.
-var releaseScript = redis.NewScript(recordLua + ownedLua + `
+// releaseScript: KEYS[1] lease key, KEYS[2..] unit keys. ARGV: holder,
+// token, version, ttl ms, lease span ms, events channel, lease name
+// (escaped). Writes a released record (a standby may acquire over it at
+// once) and publishes it. The unit keys that are missing or name this
+// lease get the released record; those that name another lease keep it
+// (the release still happens: the units are confirmed inactive).
+var releaseScript = redis.NewScript(recordLua + ownedLua + unitsLua + `
 local rec, reply = owned()
 if not rec then return reply end
+local skip, garbage = checkunits(7, true)
 local new = record(ARGV[1], rec.version + 1, ARGV[2], 'released', ARGV[5])
 redis.call('SET', KEYS[1], new, 'PX', ARGV[4])
+writeunits(7, new, ARGV[4], skip)
 redis.call('PUBLISH', ARGV[6], new)
-return {'ok', new}
+return okreply(new, garbage)
 `)
 
 // overwriteScript is the operator's escape hatch: KEYS[1] lease key. ARGV:

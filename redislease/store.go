@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
+	if c := e.Current; c.Lease != "" {
+		return fmt.Sprintf("redislease: unit %s is held under lease %s by %s at version %d", c.Unit, c.Lease, c.Holder, c.Version)
+	}
 	return fmt.Sprintf("redislease: key %s is %s by %s at version %d", e.Key, StateOf(e.Current), e.Current.Holder, e.Current.Version)
 }
 
@@ -120,10 +124,27 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 // record decoded once, with its exact bytes. A value that is not a record,
 // or whose version is below one this store has seen, comes with a
 // *GarbageError (and as a present record with Raw alone): the caller must
-// not acquire over it.
+// not acquire over it. It is ObserveUnits without units: the lease key
+// alone.
 func (s *Store) Observe(ctx context.Context, name string) (policy.Record, error) {
+	return s.ObserveUnits(ctx, name, nil)
+}
+
+// ObserveUnits is Observe for a lease with units: it also reads their unit
+// keys, in the same command. While none names another lease's live record
+// it returns the lease's own record, as Observe does. Otherwise it returns
+// one record standing for every value read, marked with the first other
+// lease and its unit (policy.Record.Lease, Unit): the standby ages it, and
+// any change to any of the values (every renewal of the other lease)
+// changes it. A unit key that holds anything but a unit record comes with
+// a *GarbageError naming that key. Pass the same units, in the same order,
+// to every call for the lease.
+func (s *Store) ObserveUnits(ctx context.Context, name string, units []string) (policy.Record, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
+	if len(units) > 0 {
+		return s.observeUnits(ctx, name, units)
+	}
 	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.Get(ctx, s.Key(name)) })
 	var raw string
 	if err == nil {
@@ -166,60 +187,125 @@ func (s *Store) floorOf(name string) uint64 {
 // with a fresh token, and returns that record. It never writes over
 // garbage: the script refuses a value it cannot read, and a seen value
 // that Observe could not decode is refused here. On ErrUnknown the caller
-// must observe again and must not act as holder.
+// must observe again and must not act as holder. It is AcquireUnits
+// without units.
 func (s *Store) Acquire(ctx context.Context, name string, seen policy.Record) (policy.Record, error) {
+	return s.AcquireUnits(ctx, name, nil, seen)
+}
+
+// AcquireUnits is Acquire for a lease with units, over what ObserveUnits
+// returned for them: the unit keys must hold exactly what was seen too. A
+// unit key that names another lease's live record the caller did not see
+// and age, or whose record changed since, refuses the acquisition with a
+// *ClaimedError naming the unit and that lease; on success every unit key
+// names this lease.
+func (s *Store) AcquireUnits(ctx context.Context, name string, units []string, seen policy.Record) (policy.Record, error) {
 	if seen.Present && seen.Version == 0 {
 		return policy.Record{}, &GarbageError{Key: s.Key(name), Value: seen.Raw, Reason: "not a record Observe returned"}
+	}
+	own, expected := seen, map[string]string(nil)
+	if seen.Lease != "" {
+		var ok bool
+		if own, expected, ok = parseComposite(seen.Raw); !ok {
+			return policy.Record{}, &GarbageError{Key: s.Key(name), Value: seen.Raw, Reason: "not an observation ObserveUnits returned"}
+		}
+	}
+	esc, err := s.leaseArg(name, units)
+	if err != nil {
+		return policy.Record{}, err
 	}
 	token, err := newToken()
 	if err != nil {
 		return policy.Record{}, err
 	}
-	reply, err := s.run(ctx, acquireScript, name,
-		seen.Raw, flag(!seen.Present), s.node, token, s.floorOf(name),
-		s.TTL().Milliseconds(), s.Channel(name), s.leaseSpan.Milliseconds())
+	args := []any{own.Raw, flag(!own.Present), s.node, token, s.floorOf(name),
+		s.TTL().Milliseconds(), s.Channel(name), s.leaseSpan.Milliseconds(), esc}
+	for _, u := range units {
+		args = append(args, expected[u])
+	}
+	reply, err := s.run(ctx, acquireScript, name, units, args...)
 	if err != nil {
 		return policy.Record{}, err
 	}
-	return s.reply(name, reply)
+	return s.reply(name, reply, expected)
+}
+
+// leaseArg is the lease's name as the scripts write it into unit keys;
+// only a lease with units needs one.
+func (s *Store) leaseArg(name string, units []string) (string, error) {
+	if len(units) == 0 {
+		return "", nil
+	}
+	return escapeLease(name)
 }
 
 // Renew extends the lease this node holds as held and returns the record
 // at its new version, or a *LostError (definitive), ErrMissing, a
 // *GarbageError, or ErrUnknown. A record that extends held (policy's
-// Record.Extends: an earlier renewal whose reply never came did commit) is
-// still this node's: it renews from there.
+// Record.Extends: an earlier renewal whose reply was lost did commit) is
+// still this node's: it renews from there. It is RenewUnits without units.
 func (s *Store) Renew(ctx context.Context, name string, held policy.Record) (policy.Record, error) {
+	return s.RenewUnits(ctx, name, nil, held)
+}
+
+// RenewUnits is Renew for a lease with units: their unit keys get the new
+// record too (written again where they went missing, or named another
+// lease's released record). A unit key that names another lease's live
+// record is a loss: a *LostError whose Current is that record, marked
+// with its lease and unit, and nothing is written. A unit key that holds
+// garbage is left as it is: the lease is renewed all the same, and the
+// new record comes with a *GarbageError naming that key.
+func (s *Store) RenewUnits(ctx context.Context, name string, units []string, held policy.Record) (policy.Record, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	next, err := s.renew(ctx, name, held)
+	next, err := s.renew(ctx, name, units, held)
 	var lost *LostError
 	if errors.As(err, &lost) && lost.Current.Extends(held) {
-		next, err = s.renew(ctx, name, lost.Current)
+		next, err = s.renew(ctx, name, units, lost.Current)
 	}
 	return next, err
 }
 
-func (s *Store) renew(ctx context.Context, name string, r policy.Record) (policy.Record, error) {
-	reply, err := s.run(ctx, renewScript, name,
-		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds())
+func (s *Store) renew(ctx context.Context, name string, units []string, r policy.Record) (policy.Record, error) {
+	esc, err := s.leaseArg(name, units)
 	if err != nil {
 		return policy.Record{}, err
 	}
-	return s.reply(name, reply)
+	reply, err := s.run(ctx, renewScript, name, units,
+		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), esc)
+	if err != nil {
+		return policy.Record{}, err
+	}
+	rec, err := s.reply(name, reply, nil)
+	if c, ok := errors.AsType[*ClaimedError](err); ok {
+		return policy.Record{}, &LostError{Key: c.Key, Current: c.Current}
+	}
+	return rec, err
 }
 
 // Release writes a released record over this node's held one, publishes
 // it and returns it. Call it only once the unit is confirmed inactive
-// (rule 3).
+// (rule 3). It is ReleaseUnits without units.
 func (s *Store) Release(ctx context.Context, name string, held policy.Record) (policy.Record, error) {
-	r := held
-	reply, err := s.run(ctx, releaseScript, name,
-		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), s.Channel(name))
+	return s.ReleaseUnits(ctx, name, nil, held)
+}
+
+// ReleaseUnits is Release for a lease with units: the unit keys that name
+// this lease (or went missing) get the released record; one that names
+// another lease is left to it. A unit key that holds garbage is left as
+// it is, and the released record comes with a *GarbageError naming it.
+func (s *Store) ReleaseUnits(ctx context.Context, name string, units []string, held policy.Record) (policy.Record, error) {
+	esc, err := s.leaseArg(name, units)
 	if err != nil {
 		return policy.Record{}, err
 	}
-	return s.reply(name, reply)
+	r := held
+	reply, err := s.run(ctx, releaseScript, name, units,
+		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), s.Channel(name), esc)
+	if err != nil {
+		return policy.Record{}, err
+	}
+	return s.reply(name, reply, nil)
 }
 
 // Overwrite replaces exactly the value seen (as Observe returned it,
@@ -232,7 +318,7 @@ func (s *Store) Overwrite(ctx context.Context, name string, seen policy.Record) 
 		return policy.Record{}, err
 	}
 	version := max(s.floorOf(name), seen.Version) + 1
-	reply, err := s.run(ctx, overwriteScript, name,
+	reply, err := s.run(ctx, overwriteScript, name, nil,
 		seen.Raw, flag(!seen.Present), s.node, token, version,
 		s.TTL().Milliseconds(), s.Channel(name))
 	if err != nil {
@@ -241,17 +327,21 @@ func (s *Store) Overwrite(ctx context.Context, name string, seen policy.Record) 
 	s.mu.Lock()
 	delete(s.floor, name) // the operator's word resets what this node knew
 	s.mu.Unlock()
-	return s.reply(name, reply)
+	return s.reply(name, reply, nil)
 }
 
-// run executes a script on a lease key within reply_max, in a pipeline
-// with whatever other requests are ready. A script Redis does not have
-// (after a restart or SCRIPT FLUSH) did not run, so it is sent again on
-// its own, which loads it.
-func (s *Store) run(ctx context.Context, script *redis.Script, name string, args ...any) ([]any, error) {
+// run executes a script on a lease key and its units' keys within
+// reply_max, in a pipeline with whatever other requests are ready. A
+// script Redis does not have (after a restart or SCRIPT FLUSH) did not
+// run, so it is sent again on its own, which loads it.
+func (s *Store) run(ctx context.Context, script *redis.Script, name string, units []string, args ...any) ([]any, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	keys := []string{s.Key(name)}
+	keys := make([]string, 1, 1+len(units))
+	keys[0] = s.Key(name)
+	for _, u := range units {
+		keys = append(keys, s.UnitKey(u))
+	}
 	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) })
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd, err = script.Run(ctx, s.rdb, keys, args...), nil
@@ -268,7 +358,8 @@ func (s *Store) run(ctx context.Context, script *redis.Script, name string, args
 
 // reply interprets a script's reply: the record written, or the error
 // that says what the key holds instead. Each value in it is decoded once.
-func (s *Store) reply(name string, reply []any) (policy.Record, error) {
+// seen is what the caller saw in the unit keys, for a 'claimed' reply.
+func (s *Store) reply(name string, reply []any, seen map[string]string) (policy.Record, error) {
 	key := s.Key(name)
 	status, _ := reply[0].(string)
 	var raw string
@@ -277,15 +368,28 @@ func (s *Store) reply(name string, reply []any) (policy.Record, error) {
 	}
 	switch status {
 	case "ok":
-		return s.observed(name, raw)
+		rec, err := s.observed(name, raw)
+		if err == nil && len(reply) > 3 {
+			// The write happened; a unit key held garbage and was left alone.
+			gkey, _ := reply[2].(string)
+			gval, _ := reply[3].(string)
+			_, err = s.unitGarbage(gkey, gval)
+		}
+		return rec, err
 	case "missing":
 		return policy.Record{}, fmt.Errorf("%w: %s", ErrMissing, key)
 	case "garbage":
+		if len(reply) > 2 { // a unit key's value
+			gkey, _ := reply[2].(string)
+			return s.unitGarbage(gkey, raw)
+		}
 		_, err := Decode(key, raw)
 		if err == nil {
 			err = &GarbageError{Key: key, Value: raw, Reason: "the script could not read it"}
 		}
 		return policy.Record{}, err
+	case "claimed":
+		return policy.Record{}, s.claimed(name, reply, seen)
 	case "conflict":
 		cur := policy.Absent
 		if len(reply) > 1 {
@@ -300,6 +404,15 @@ func (s *Store) reply(name string, reply []any) (policy.Record, error) {
 		return policy.Record{}, &LostError{Key: key, Current: cur}
 	}
 	return policy.Record{}, fmt.Errorf("%w: %s: unexpected script reply %q", ErrUnknown, key, reply)
+}
+
+// unitGarbage is the error for a unit key's value the scripts refused.
+func (s *Store) unitGarbage(key, raw string) (policy.Record, error) {
+	_, err := DecodeUnit(key, strings.TrimPrefix(key, s.prefix+"unit:"), raw)
+	if err == nil {
+		err = &GarbageError{Key: key, Value: raw, Reason: "the script could not read it as a unit record"}
+	}
+	return policy.Record{}, err
 }
 
 func flag(b bool) string {

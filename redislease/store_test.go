@@ -83,7 +83,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	// Renewing the old version again is a loss: the version moved on.
 	var lost *LostError
-	if _, err := a.renew(bg, "vpn", l); !errors.As(err, &lost) || lost.Current.Version != 2 {
+	if _, err := a.renew(bg, "vpn", nil, l); !errors.As(err, &lost) || lost.Current.Version != 2 {
 		t.Fatalf("renew of a stale version: %v", err)
 	}
 
@@ -215,7 +215,7 @@ func TestGarbageIsReportedNotOverwritten(t *testing.T) {
 			t.Fatalf("acquire over %q: %v", junk, err)
 		}
 		// Even a caller that skips the check is stopped by the script.
-		if _, err := a.run(bg, acquireScript, "junk", junk, "0", "node-a", strings.Repeat("a", 32), 0, 1000, "c", 1); err != nil {
+		if _, err := a.run(bg, acquireScript, "junk", nil, junk, "0", "node-a", strings.Repeat("a", 32), 0, 1000, "c", 1, ""); err != nil {
 			t.Fatal(err)
 		} else if got := srv.Command("GET", "unitlease:lease:junk"); got != junk {
 			t.Fatalf("script overwrote garbage %q with %q", junk, got)

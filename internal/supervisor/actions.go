@@ -35,31 +35,59 @@ func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
 }
 
 func (s *Supervisor) observe(ctx context.Context) policy.Event {
-	rec, err := s.store.Observe(ctx, s.Lease)
+	var rec policy.Record
+	var err error
+	if s.bound != nil {
+		rec, err = s.bound.ObserveUnits(ctx, s.Lease, s.Units)
+	} else {
+		rec, err = s.store.Observe(ctx, s.Lease)
+	}
 	if err != nil {
 		s.reportGarbage(err)
 		return policy.Event{Kind: policy.ObserveFailed}
 	}
+	s.reportElsewhere(rec)
 	return policy.Event{Kind: policy.Observed, Record: rec}
 }
 
 func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Event {
-	rec, err := s.store.Acquire(ctx, s.Lease, seen)
+	var rec policy.Record
+	var err error
+	if s.bound != nil {
+		rec, err = s.bound.AcquireUnits(ctx, s.Lease, s.Units, seen)
+	} else {
+		rec, err = s.store.Acquire(ctx, s.Lease, seen)
+	}
+	var claimed *redislease.ClaimedError
 	switch {
 	case err == nil:
 		return policy.Event{Kind: policy.AcquireOK, Record: rec}
 	case errors.Is(err, redislease.ErrUnknown):
 		return policy.Event{Kind: policy.AcquireUnknown}
+	case errors.As(err, &claimed):
+		s.reportClaimed(claimed)
+	case errors.Is(err, redislease.ErrGarbage):
+		s.reportGarbage(err)
 	}
 	return policy.Event{Kind: policy.AcquireLost}
 }
 
 func (s *Supervisor) renew(ctx context.Context, held policy.Record) policy.Event {
-	rec, err := s.store.Renew(ctx, s.Lease, held)
+	var rec policy.Record
+	var err error
+	if s.bound != nil {
+		rec, err = s.bound.RenewUnits(ctx, s.Lease, s.Units, held)
+	} else {
+		rec, err = s.store.Renew(ctx, s.Lease, held)
+	}
 	var lost *redislease.LostError
 	var garbage *redislease.GarbageError
 	switch {
 	case err == nil:
+		return policy.Event{Kind: policy.RenewOK, Record: rec}
+	case rec.Present && errors.As(err, &garbage):
+		// Renewed; a unit key held garbage and was left alone.
+		s.reportGarbage(err)
 		return policy.Event{Kind: policy.RenewOK, Record: rec}
 	case errors.As(err, &lost):
 		return policy.Event{Kind: policy.RenewLost, Record: lost.Current}
@@ -75,7 +103,19 @@ func (s *Supervisor) renew(ctx context.Context, held policy.Record) policy.Event
 func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Event {
 	// A release runs on its own bounded context: it must be tried even
 	// while the daemon shuts down (STYLE.md 5).
-	if _, err := s.store.Release(context.WithoutCancel(ctx), s.Lease, held); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	var rec policy.Record
+	var err error
+	if s.bound != nil {
+		rec, err = s.bound.ReleaseUnits(ctx, s.Lease, s.Units, held)
+	} else {
+		rec, err = s.store.Release(ctx, s.Lease, held)
+	}
+	if rec.Present && errors.Is(err, redislease.ErrGarbage) {
+		s.reportGarbage(err) // released; a unit key held garbage and was left alone
+		err = nil
+	}
+	if err != nil {
 		s.logger().Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
 		return policy.Event{Kind: policy.ReleaseFailed}
 	}

@@ -103,3 +103,42 @@ func (s *Supervisor) reportGarbage(err error) {
 	s.garbage = g.Value
 	s.logger().Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
 }
+
+// reportElsewhere journals a change in whether one of the lease's units
+// is held under another lease, by the observations that say so: the
+// standby does not acquire while it is, and ages that lease's record
+// instead. Once per unit and lease, and once when it ends.
+func (s *Supervisor) reportElsewhere(rec policy.Record) {
+	key := ""
+	if rec.Lease != "" {
+		key = rec.Unit + "\x00" + rec.Lease
+	}
+	if key == s.elsewhere {
+		return
+	}
+	prev := s.elsewhere
+	s.elsewhere = key
+	if rec.Lease != "" {
+		s.logger().Warn(fmt.Sprintf("%s: held under lease %s by %s at version %d; lease %s is not acquired until that record is released or stays unchanged for the lease span",
+			rec.Unit, rec.Lease, rec.Holder, rec.Version, s.Lease),
+			logging.Event, eventElsewhere, logging.Unit, rec.Unit, otherLease, rec.Lease, logging.Holder, rec.Holder, logging.Version, rec.Version)
+		return
+	}
+	unit, lease, _ := strings.Cut(prev, "\x00")
+	s.logger().Info(fmt.Sprintf("%s: no longer held under lease %s", unit, lease),
+		logging.Event, eventElsewhere, logging.Unit, unit, otherLease, lease)
+}
+
+// reportClaimed journals an acquisition the store refused because a unit
+// is held under another lease.
+func (s *Supervisor) reportClaimed(e *redislease.ClaimedError) {
+	c := e.Current
+	s.logger().Warn(fmt.Sprintf("%s: acquiring lease %s refused: %v", e.Unit, s.Lease, e),
+		logging.Event, eventElsewhere, logging.Unit, e.Unit, otherLease, c.Lease, logging.Holder, c.Holder, logging.Version, c.Version)
+}
+
+// The journal's event and field for a unit held under another lease.
+const (
+	eventElsewhere = "unit_elsewhere"
+	otherLease     = "UNITLEASE_OTHER_LEASE"
+)

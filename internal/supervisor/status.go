@@ -22,8 +22,10 @@ type Status struct {
 	LeaseAge time.Duration
 	// DeadlineLeft: for a holder, the time left before it must stop.
 	DeadlineLeft time.Duration
-	// Reason is the last journal event and why the node last stopped.
+	// Reason is the last journal event and why the node last stopped;
+	// for a standby kept out by a unit held under another lease, that.
 	Reason string
+	reason string    // the last journal event and cause alone
 	Since  time.Time // when Role began, on the wall clock, for display only
 }
 
@@ -38,17 +40,18 @@ func (s *Supervisor) publish(now policy.Instant, j policy.Journal) {
 	m := s.machine
 	st := Status{Lease: s.Lease, Units: s.Units, Node: s.Node, Role: m.State().String(), Since: time.Now()}
 	if prev := s.status.Load(); prev != nil {
-		st.Reason = prev.Reason
+		st.reason = prev.reason
 		if prev.Role == st.Role {
 			st.Since = prev.Since
 		}
 	}
 	if j != "" {
-		st.Reason = string(j)
+		st.reason = string(j)
 		if c := m.Cause(); c != policy.CauseNone && stopRelated(j) {
-			st.Reason += " (" + c.String() + ")"
+			st.reason += " (" + c.String() + ")"
 		}
 	}
+	st.Reason = st.reason
 	if held, holding := m.Held(); holding {
 		st.Holding = true
 		st.Holder, st.Version = held.Holder, held.Version
@@ -58,6 +61,9 @@ func (s *Supervisor) publish(now policy.Instant, j policy.Journal) {
 	} else if seen, _, ok := m.Seen(); ok {
 		st.Holder, st.Version = seen.Holder, seen.Version
 		st.LeaseAge = m.Age(now)
+		if seen.Lease != "" {
+			st.Reason = seen.Unit + " held under lease " + seen.Lease
+		}
 	}
 	s.status.Store(&st)
 }

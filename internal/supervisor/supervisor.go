@@ -36,6 +36,22 @@ type Records interface {
 	Release(ctx context.Context, name string, held policy.Record) (policy.Record, error)
 }
 
+// UnitRecords is a Records that also keeps each unit to one lease across
+// the cluster (*redislease.Store): the same requests, given the lease's
+// units, read and write the units' keys with the lease's key. A record it
+// observes may be another lease's (policy.Record.Lease): one of the units
+// is held under that lease. A supervisor whose store is one passes its
+// units to every request; the daemon's is.
+type UnitRecords interface {
+	ObserveUnits(ctx context.Context, name string, units []string) (policy.Record, error)
+	AcquireUnits(ctx context.Context, name string, units []string, seen policy.Record) (policy.Record, error)
+	// RenewUnits and ReleaseUnits may return the record written together
+	// with a *redislease.GarbageError: a unit key held garbage and was
+	// left as it is.
+	RenewUnits(ctx context.Context, name string, units []string, held policy.Record) (policy.Record, error)
+	ReleaseUnits(ctx context.Context, name string, units []string, held policy.Record) (policy.Record, error)
+}
+
 // Units starts and stops a lease's units.
 type Units interface {
 	// StartOrder orders a group's units as systemd would start them
@@ -67,6 +83,7 @@ type Supervisor struct {
 	Node  string
 
 	store Records
+	bound UnitRecords // store, if it is one: every request names the units
 	units Units
 	clock Clock
 	log   *slog.Logger // without the lease's fields: see logger
@@ -86,6 +103,7 @@ type Supervisor struct {
 	due        atomic.Int64 // 1 + the Instant of the next wake-up, or 0 for none
 	status     atomic.Pointer[Status]
 	garbage    string // the last garbage value reported, to report each once
+	elsewhere  string // the unit and other lease last reported as holding it, or ""
 }
 
 // New returns a supervisor whose first step stops the units
@@ -99,6 +117,7 @@ func New(lease string, units []string, node string, m policy.Machine, store Reco
 		log:  log,
 		done: make(chan struct{}),
 	}
+	s.bound, _ = store.(UnitRecords)
 	s.publish(s.clock(), "")
 	return s
 }
