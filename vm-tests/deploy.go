@@ -242,9 +242,10 @@ func (d *Deployment) Violations() []WitnessRecord {
 
 // Status is the lease "demo" as n's daemon reports it.
 type Status struct {
-	Role    string
-	Holding bool
-	Version uint64
+	Role         string
+	Holding      bool
+	Version      uint64
+	DeadlineLeft time.Duration `json:"deadline_left_ns"` // a holder's time left before it must stop
 }
 
 // LeaseStatus asks n's daemon.

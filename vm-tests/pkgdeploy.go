@@ -29,7 +29,13 @@ type PackageOptions struct {
 	// (/etc/systemd/system/unitlease.service.d/vm-test.conf): settings of
 	// the packaged unit an administrator may override.
 	ServiceDropIn string
+	// UnitDropIn, when set, is written as a drop-in of demo.service
+	// (UnitDropInPath): settings the scenario gives the managed unit.
+	UnitDropIn string
 }
+
+// UnitDropInPath is where DeployPackage writes PackageOptions.UnitDropIn.
+const UnitDropInPath = "/etc/systemd/system/demo.service.d/vm-test.conf"
 
 // ServiceDropInPath is where DeployPackage writes PackageOptions.ServiceDropIn.
 const ServiceDropInPath = "/etc/systemd/system/unitlease.service.d/vm-test.conf"
@@ -117,6 +123,13 @@ func (d *Deployment) configure(ctx context.Context, n *Node, opts PackageOptions
 			return n.WriteFile(ctx, "/etc/systemd/system/demo.service", []byte(unit), 0o644)
 		},
 		func() error {
+			if opts.UnitDropIn == "" {
+				_, _, err := n.Run(ctx, "rm", "-f", UnitDropInPath)
+				return err
+			}
+			return n.WriteFile(ctx, UnitDropInPath, []byte(opts.UnitDropIn), 0o644)
+		},
+		func() error {
 			if opts.ServiceDropIn == "" {
 				_, _, err := n.Run(ctx, "rm", "-f", ServiceDropInPath)
 				return err
@@ -154,7 +167,7 @@ func (d *Deployment) eachNode(f func(n *Node) error) error {
 func (d *Deployment) Undeploy(ctx context.Context) {
 	_ = d.eachNode(func(n *Node) error {
 		_, _, _ = n.Run(ctx, "systemctl", "stop", "unitlease.service", "demo.service")
-		_, _, _ = n.Run(ctx, "rm", "-rf", "/etc/systemd/system/demo.service", "/run/systemd/system/demo.service.d", ServiceDropInPath)
+		_, _, _ = n.Run(ctx, "rm", "-rf", "/etc/systemd/system/demo.service", "/etc/systemd/system/demo.service.d", "/run/systemd/system/demo.service.d", ServiceDropInPath)
 		_, _, _ = n.Run(ctx, "systemctl", "daemon-reload")
 		_, _, _ = n.Run(ctx, "systemctl", "reset-failed")
 		return nil

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -48,10 +49,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	}
 	interval, allowance, err := watchdogAllowance(ctx, sd, unit)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
 	if err := cfg.SetAllowance(allowance); err != nil {
-		return fmt.Errorf("%s with WatchdogSec %v: %w", unit, interval, err)
+		return fmt.Errorf("%w: %s with WatchdogSec %v: %w", ErrSetup, unit, interval, err)
 	}
 	store, err := redislease.New(cfg.RedisConfig())
 	if err != nil {
@@ -79,6 +80,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	go d.watchSleep(ctx)   // leases are handed off before the machine sleeps
 	return d.loop(ctx, sd, serveErr)
 }
+
+// ErrSetup is wrapped by the errors of Run that a setting causes (the
+// daemon's unit, or the configuration against it), not a failure.
+var ErrSetup = errors.New("setup")
 
 // Version is set at build time.
 var Version = "dev"

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/unitlease/unitlease/internal/redistest"
+	"github.com/unitlease/unitlease/policy"
 	vmtests "github.com/unitlease/unitlease/vm-tests"
 )
 
@@ -35,7 +36,11 @@ type scenario struct {
 	name, desc string
 	args       string // the witness's arguments
 	noAOF      bool   // Redis without persistence
-	kind       kind
+	unitDropIn string // a drop-in of demo.service on every node
+	// stopWait, when above the profile's, is this scenario's stop_wait
+	// (a unit whose stop has more phases than the profile's fits).
+	stopWait time.Duration
+	kind     kind
 	// fault injects the fault on a cluster where leader runs the copy, sets
 	// r.Fault to the host's CLOCK_MONOTONIC just before, and waits until the
 	// system has recovered enough for settle.
@@ -73,6 +78,13 @@ var scenarios = []scenario{
 	{name: "reannotate", desc: "the annotation changes to a new lease on every node, then daemon-reload", kind: kMissing, fault: faultReannotate},
 	{name: "power-cut", desc: "the leader's node loses power; it boots again and rejoins", kind: kCrash, fault: faultPowerCut},
 	{name: "reboot-all", desc: "every node is rebooted at once", kind: kReboot, fault: faultRebootAll},
+	{name: "override-standby", desc: "`systemctl edit` on a standby empties ExecStartPre= and sets KillMode=process, then `systemctl start` there", kind: kNone, fault: faultOverrideStandby},
+	{name: "revert-leader", desc: "`systemctl revert` of the unit on the leader removes its drop-ins", kind: kNone, fault: faultRevertLeader},
+	{name: "rolling-reannotate", desc: "the annotation changes to a new lease one node at a time, standbys first", kind: kMissing, fault: faultRollingReannotate},
+	{name: "killed-hung-stop", desc: "the leader is cut off and its daemon SIGKILLed just before its deadline; the unit's ExecStop= hangs and it ignores SIGTERM", args: "-on-term ignore",
+		unitDropIn: "[Service]\nExecStop=/bin/sleep infinity\n", stopWait: 2 * time.Second, kind: kCrash, fault: faultKilledHungStop},
+	{name: "frozen-near-deadline", desc: "the leader is cut off and its daemon frozen (SIGSTOP) just before its deadline", kind: kCrash, fault: faultFrozenNearDeadline},
+	{name: "journal-frozen", desc: "journald is frozen on the leader while it is cut off", kind: kCrash, fault: faultJournalFrozen},
 }
 
 // underAdvisory makes the profile's crash failover figure (fast: under
@@ -93,6 +105,7 @@ type env struct {
 type session struct {
 	*env
 	sc        scenario
+	t         policy.Timing // the profile's, with the scenario's stop_wait
 	redis     *redistest.Server
 	d         *vmtests.Deployment
 	log       string // the witness log on the host
@@ -102,6 +115,11 @@ type session struct {
 	limit     time.Duration // bound on waiting for a recovery
 	problems  []string      // of the current run
 	lastStart time.Duration // end of the previous run, host CLOCK_MONOTONIC
+	// journalLate is, for a node whose journal stamps what it reads late
+	// (journald was frozen), from when: its exit records from then on are
+	// left out, and the witness's own stop record ends the copy (a copy
+	// without one runs on, and overlaps what follows). Reset every run.
+	journalLate map[string]time.Duration
 }
 
 func (e *env) scenario(sc scenario, runs int) (res Scenario) {
@@ -146,17 +164,23 @@ func (e *env) open(sc scenario) (*session, error) {
 	}
 	s := &session{env: e, sc: sc, lease: "demo", log: filepath.Join(e.shared, "witness-"+sc.name+".log")}
 	s.redis = redistest.Run(dir, redistest.Options{AppendOnly: !sc.noAOF})
-	resolved, err := e.p.t.Resolved()
+	t, timing := e.p.t, e.p.timing
+	if sc.stopWait > t.StopWait && timing != "" {
+		t.StopWait = sc.stopWait
+		timing = timingTable(t)
+	}
+	s.t = t
+	resolved, err := t.Resolved()
 	if err != nil {
 		s.redis.Stop()
 		return nil, err
 	}
-	t := e.p.t
 	s.b = bounds{leaseSpan: resolved.LeaseSpan, pollMax: t.PollMax, confirm: confirmWait(t)}
 	s.limit = 2*(s.b.leaseSpan+s.b.confirm+t.PollMax+t.Retry+t.RenewDeadline+t.StopWait) + time.Minute
 	s.d, err = vmtests.DeployPackage(e.ctx, e.c.Nodes, vmtests.PackageOptions{
-		Witness: e.witness, RedisAddr: s.redis.Addr(), Timing: e.p.timing, SharedDir: e.shared,
+		Witness: e.witness, RedisAddr: s.redis.Addr(), Timing: timing, SharedDir: e.shared,
 		WitnessName: "witness-" + sc.name, WitnessArgs: sc.args, Lease: s.lease, ServiceDropIn: e.p.dropIn,
+		UnitDropIn: sc.unitDropIn,
 	})
 	if err != nil {
 		s.redis.Stop()
@@ -223,6 +247,7 @@ func (s *session) reportedLeaseSpan() time.Duration {
 func (s *session) run(i int) (*Run, error) {
 	began := time.Now()
 	s.problems = nil
+	s.journalLate = map[string]time.Duration{}
 	leader, err := s.settle()
 	if err != nil {
 		return nil, err
@@ -398,6 +423,9 @@ func (s *session) journalExits() []Record {
 		}
 		for _, e := range s.unitJournal(n) {
 			if slices.Contains(exitIDs, e.id) {
+				if from, ok := s.journalLate[n.Name]; ok && e.at > from {
+					continue
+				}
 				rs = append(rs, Record{What: recExit, Node: n.Name, At: e.at})
 			}
 		}
@@ -690,10 +718,10 @@ func faultIgnoreTERM(s *session, leader *vmtests.Node, r *Run, m *measured) erro
 	}
 	m.check = func(s *session, r *Run, h Handover) {
 		stop := s.deactivation(leader.Name, h.Start)
-		if stop > s.p.t.StopWait {
-			s.problem("the unit ignoring SIGTERM took %v to stop on %s, above stop_wait %v", stop, leader.Name, s.p.t.StopWait)
+		if stop > s.t.StopWait {
+			s.problem("the unit ignoring SIGTERM took %v to stop on %s, above stop_wait %v", stop, leader.Name, s.t.StopWait)
 		}
-		r.BoundParts += fmt.Sprintf("; the old copy stopped in %v (stop_wait %v)", stop.Round(time.Millisecond), s.p.t.StopWait)
+		r.BoundParts += fmt.Sprintf("; the old copy stopped in %v (stop_wait %v)", stop.Round(time.Millisecond), s.t.StopWait)
 	}
 	return nil
 }
@@ -756,4 +784,161 @@ func faultRebootAll(s *session, leader *vmtests.Node, r *Run, m *measured) error
 	}
 	m.reboot = monotonic() - r.Fault
 	return s.waitRestarted(r.Fault)
+}
+
+// faultOverrideStandby: an administrator's override on a standby tries to
+// drop the guard and weaken the stop; the drop-in sorts after it and
+// wins, so `systemctl start` there is refused.
+func faultOverrideStandby(s *session, leader *vmtests.Node, r *Run, m *measured) error {
+	standby := s.others(leader)[0]
+	const override = "/etc/systemd/system/demo.service.d/override.conf"
+	if err := standby.WriteFile(s.ctx, override, []byte("[Service]\nExecStartPre=\nKillMode=process\nTimeoutStopSec=5min\n"), 0o644); err != nil {
+		return err
+	}
+	defer func() {
+		_, _, _ = standby.Run(s.ctx, "rm", "-f", override)
+		_, _, _ = standby.Run(s.ctx, "systemctl", "daemon-reload")
+	}()
+	if _, err := s.runIn(standby, "systemctl", "daemon-reload"); err != nil {
+		return err
+	}
+	r.Fault = monotonic()
+	if _, _, err := standby.Run(s.ctx, "systemctl", "start", "demo.service"); err == nil {
+		s.problem("systemctl start demo.service on the standby %s succeeded with an override that empties ExecStartPre=", standby.Name)
+	}
+	props, err := vmtests.UnitProps(s.ctx, standby, "demo.service", "KillMode", "ExecStartPre")
+	if err != nil {
+		return err
+	}
+	if props["KillMode"] != "control-group" && props["KillMode"] != "mixed" || !strings.Contains(props["ExecStartPre"], "unitlease") {
+		s.problem("the override beat the drop-in on %s: KillMode=%s, ExecStartPre=%s", standby.Name, props["KillMode"], props["ExecStartPre"])
+	}
+	return nil
+}
+
+// faultRevertLeader: `systemctl revert` deletes the runtime drop-in under
+// the running unit; the daemon writes it again at the reload, and the
+// unit runs on.
+func faultRevertLeader(s *session, leader *vmtests.Node, r *Run, m *measured) error {
+	r.Fault = monotonic()
+	if _, err := s.runIn(leader, "systemctl", "revert", "demo.service"); err != nil {
+		return err
+	}
+	return s.waitFor("the drop-in back in effect on "+leader.Name, func(on []*vmtests.Node) bool {
+		props, err := vmtests.UnitProps(s.ctx, leader, "demo.service", "BindsTo", "ExecStartPre")
+		return err == nil && strings.Contains(props["BindsTo"], "unitlease.service") && strings.Contains(props["ExecStartPre"], "unitlease")
+	})
+}
+
+// faultRollingReannotate: configuration management moves the unit to a
+// new lease one node at a time, the standbys first, each given longer than
+// a lease span before the next: a standby with the new lease must not
+// start the unit while the old leader still runs it under the old one.
+func faultRollingReannotate(s *session, leader *vmtests.Node, r *Run, m *measured) error {
+	lease := fmt.Sprintf("demo-rolling-%d", r.Index)
+	unit := vmtests.WitnessUnit("witness-"+s.sc.name, s.sc.args, lease)
+	r.Fault = monotonic()
+	for _, n := range append(s.others(leader), leader) {
+		if err := n.WriteFile(s.ctx, "/etc/systemd/system/demo.service", []byte(unit), 0o644); err != nil {
+			return err
+		}
+		if _, err := s.runIn(n, "systemctl", "daemon-reload"); err != nil {
+			return err
+		}
+		if n != leader {
+			if err := s.pause(2*s.b.leaseSpan + s.b.confirm); err != nil {
+				return err
+			}
+		}
+	}
+	s.lease = lease
+	return s.waitFor("one copy under the new lease", func(on []*vmtests.Node) bool {
+		return len(on) == 1 && vmtests.LeaseStatus(s.ctx, on[0]).Holding
+	})
+}
+
+// nearDeadline cuts leader off from Redis and returns once its deadline
+// is about margin away, by its own status.
+func (s *session) nearDeadline(leader *vmtests.Node, margin time.Duration) (left time.Duration, err error) {
+	asked := time.Now()
+	st := vmtests.LeaseStatus(s.ctx, leader)
+	if !st.Holding || st.DeadlineLeft <= 0 {
+		return 0, fmt.Errorf("%s does not hold the lease (%+v)", leader.Name, st)
+	}
+	deadline := asked.Add(st.DeadlineLeft)
+	if wait := time.Until(deadline) - margin; wait > 0 {
+		time.Sleep(wait)
+	}
+	return time.Until(deadline), nil
+}
+
+// faultFrozenNearDeadline: cut off, the daemon freezes just before it
+// would stop the unit itself; its watchdog kills it, and BindsTo= stops
+// the unit, within the allowance the lease span covers.
+func faultFrozenNearDeadline(s *session, leader *vmtests.Node, r *Run, m *measured) error {
+	pid, err := s.runIn(leader, "systemctl", "show", "-P", "MainPID", "unitlease.service")
+	if err != nil {
+		return err
+	}
+	p := s.d.Proxy(leader)
+	r.Fault = monotonic()
+	p.Cut()
+	defer p.Heal()
+	left, err := s.nearDeadline(leader, 150*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	if _, err := s.runIn(leader, "kill", "-STOP", strings.TrimSpace(pid)); err != nil {
+		return err
+	}
+	r.BoundParts += fmt.Sprintf("; frozen about %v before its deadline", left.Round(time.Millisecond))
+	return s.waitMoved(leader)
+}
+
+// faultKilledHungStop: cut off, the daemon is SIGKILLed just before its
+// deadline; systemd alone stops the unit (BindsTo=), through an ExecStop=
+// that hangs and a main process that ignores SIGTERM, within stop_wait.
+func faultKilledHungStop(s *session, leader *vmtests.Node, r *Run, m *measured) error {
+	p := s.d.Proxy(leader)
+	r.Fault = monotonic()
+	p.Cut()
+	defer p.Heal()
+	left, err := s.nearDeadline(leader, 150*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	killed := monotonic()
+	if _, err := s.runIn(leader, "systemctl", "kill", "--signal=SIGKILL", "unitlease.service"); err != nil {
+		return err
+	}
+	r.BoundParts += fmt.Sprintf("; killed about %v before its deadline", left.Round(time.Millisecond))
+	if err := s.waitMoved(leader); err != nil {
+		return err
+	}
+	m.check = func(s *session, r *Run, h Handover) {
+		if stopped := s.deactivation(leader.Name, h.Start); stopped > 0 {
+			r.BoundParts += fmt.Sprintf("; the old copy stopped in %v (stop_wait %v)", stopped.Round(time.Millisecond), s.t.StopWait)
+			if stopped > s.t.StopWait {
+				s.problem("systemd took %v to stop the unit on %s once the daemon was killed at %v, above stop_wait %v", stopped, leader.Name, killed, s.t.StopWait)
+			}
+		}
+	}
+	return nil
+}
+
+// faultJournalFrozen: journald stops reading on the leader while it is
+// cut off: the daemon's journal entries must not hold back its stop.
+func faultJournalFrozen(s *session, leader *vmtests.Node, r *Run, m *measured) error {
+	if _, err := s.runIn(leader, "systemctl", "kill", "--signal=SIGSTOP", "systemd-journald.service"); err != nil {
+		return err
+	}
+	defer func() {
+		_, _, _ = leader.Run(s.ctx, "systemctl", "kill", "--signal=SIGCONT", "systemd-journald.service")
+	}()
+	p := s.d.Proxy(leader)
+	r.Fault = monotonic()
+	s.journalLate[leader.Name] = r.Fault
+	p.Cut()
+	defer p.Heal()
+	return s.waitMoved(leader)
 }
