@@ -180,6 +180,14 @@ func TestReleasedUnitNoLongerKeepsOut(t *testing.T) {
 	if o := observeUnits(t, b, "B", dbUnit); o.Present {
 		t.Fatalf("B observes %+v after A's release, want its own missing key", o)
 	}
+	// A unit key gone since it was observed: refused too.
+	saved := unitKey(srv, "db.service")
+	srv.Command("DEL", "unitlease:unit:db.service")
+	if _, err := b.AcquireUnits(bg, "B", dbUnit, o); !errors.As(err, &claimed) || claimed.Current.Present ||
+		!strings.Contains(err.Error(), "unit db.service is now missing") {
+		t.Fatalf("acquire over A's record after its unit key went: %v", err)
+	}
+	srv.Command("SET", "unitlease:unit:db.service", saved)
 	lb := acquireUnits(t, b, "B", dbUnit)
 	if got, want := unitKey(srv, "db.service"), EncodeUnit("B", lb); got != want {
 		t.Fatalf("B did not claim db.service: %q", got)
