@@ -5,8 +5,9 @@
 // socket and the watchdog.
 //
 // It talks to the lease store and to systemd through two small
-// interfaces, Records and Units: redislease's store satisfies the first,
-// and the daemon adapts systemd to the second. It imports policy,
+// interfaces, Records and Units: redislease's store satisfies the first
+// (and UnitRecords, so that each unit belongs to one lease across the
+// cluster), and the daemon adapts systemd to the second. It imports policy,
 // redislease (the store's errors) and logging, and never unitctl or the
 // daemon.
 package supervisor
