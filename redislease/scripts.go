@@ -44,7 +44,7 @@ end
 // unitLua reads and writes unit keys. unitvalue is the unit key's value for
 // lease (escaped) and the lease's record rec: the record with the lease's
 // name as its first field. unitrec decodes a unit key's value only if it is
-// exactly what unitvalue writes (decodeUnit is the same rule in Go): the
+// exactly what unitvalue writes (DecodeUnit is the same rule in Go): the
 // lease field as the scripts escape it, then a record field for field as
 // record writes it. It returns the record with lease set to the escaped
 // name, or nil: garbage, which no script writes over.

@@ -254,7 +254,10 @@ func (s *Store) Renew(ctx context.Context, name string, held policy.Record) (pol
 // record is a loss: a *LostError whose Current is that record, marked
 // with its lease and unit, and nothing is written. A unit key that holds
 // garbage is left as it is: the lease is renewed all the same, and the
-// new record comes with a *GarbageError naming that key.
+// new record comes with a *GarbageError naming that key. A lease acquired
+// with units is renewed with the same units, every time: a renewal
+// without them leaves their keys unchanged, and another lease's standby
+// would take them for a holder's that stopped.
 func (s *Store) RenewUnits(ctx context.Context, name string, units []string, held policy.Record) (policy.Record, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
