@@ -415,3 +415,26 @@ func writePassword(t *testing.T, pw string) string {
 	}
 	return path
 }
+
+// A unit key's value decodes only if it is exactly what EncodeUnit writes
+// for the record and lease it decodes to; anything else is garbage with
+// its bytes alone.
+func FuzzDecodeUnit(f *testing.F) {
+	r := policy.Record{Present: true, Holder: "node-a", Version: 3, Token: goodToken, LeaseSpan: 36072 * time.Millisecond}
+	f.Add(EncodeUnit("vpn", r))
+	f.Add(EncodeUnit(`a\b`, r))
+	f.Add(`{"lease":"A\",` + Encode(r)[1:])
+	f.Add(`{"lease":"A","holder":"node-a"}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, err := DecodeUnit("k", "u.service", raw)
+		if err != nil {
+			if !errors.Is(err, ErrGarbage) || got != (policy.Record{Present: true, Raw: raw}) {
+				t.Fatalf("%q: %+v %v", raw, got, err)
+			}
+			return
+		}
+		if enc := EncodeUnit(got.Lease, got); enc != raw || got.Raw != raw || got.Unit != "u.service" {
+			t.Fatalf("%q decodes to %+v, which encodes as %q", raw, got, enc)
+		}
+	})
+}
