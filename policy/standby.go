@@ -61,7 +61,7 @@ func (m *Machine) observeFailed() {
 
 // acquired: the node holds the lease from the acquire's send. Over a
 // missing key it confirms first (see confirmWait); otherwise it starts.
-// A record of another lease (Record.Lease) is present even where the
+// A record of another lease (Record.Other) is present even where the
 // lease's own key was missing: the confirm wait guards against a missing
 // key seen again after a record came and went unseen, and the other
 // lease's record, with its own token and version, never comes back.

@@ -40,7 +40,7 @@ func (i Instant) String() string {
 //
 // A unit belongs to one lease across the cluster. When the store finds one
 // of the lease's units named by another lease's live record, it reports
-// that instead, marked by Lease and Unit: the standby ages it like a record
+// that instead, marked by Other: the standby ages it like a record
 // held by another node (every renewal of the other lease changes it), and
 // acquires over it only once it stayed the same for the lease span. Such a
 // record is never Released.
@@ -57,9 +57,17 @@ type Record struct {
 	// said). A standby waits the longer of it and its own: a holder
 	// configured with a longer span may run its unit that much longer.
 	LeaseSpan time.Duration
-	// Lease, if not empty, is the other lease whose live record names
-	// Unit, one of this lease's units; Holder, Version and LeaseSpan are
-	// that record's (LeaseSpan the longest of the values read).
+	// Other, if not nil, marks a record of another lease that names one
+	// of this lease's units; Holder, Version and LeaseSpan are that
+	// record's (LeaseSpan the longest of the values read). A pointer, so
+	// that the records the machine copies on every step stay small; what
+	// it points to is never changed once made.
+	Other *OtherLease
+}
+
+// OtherLease names another lease whose live record names Unit, one of
+// this lease's units.
+type OtherLease struct {
 	Lease string
 	Unit  string
 }
@@ -73,7 +81,7 @@ var Absent = Record{}
 // Such a record is this node's own renewal whose reply was lost, not a
 // loss.
 func (r Record) Extends(held Record) bool {
-	return r.Present && !r.Released && r.Lease == "" && held.Token != "" && r.Token == held.Token && r.Holder == held.Holder && r.Version > held.Version
+	return r.Present && !r.Released && r.Other == nil && held.Token != "" && r.Token == held.Token && r.Holder == held.Holder && r.Version > held.Version
 }
 
 // Same reports whether r and o are the same stored value.
@@ -83,8 +91,8 @@ func (r Record) String() string {
 	switch {
 	case !r.Present:
 		return "missing"
-	case r.Lease != "":
-		return fmt.Sprintf("%s held under lease %s by %s at version %d", r.Unit, r.Lease, r.Holder, r.Version)
+	case r.Other != nil:
+		return fmt.Sprintf("%s held under lease %s by %s at version %d", r.Other.Unit, r.Other.Lease, r.Holder, r.Version)
 	case r.Released:
 		return fmt.Sprintf("released by %s at version %d", r.Holder, r.Version)
 	}

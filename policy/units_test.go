@@ -10,7 +10,7 @@ import (
 // units is held under lease A by node b: A's record at version v, marked.
 func elsewhere(v uint64, span time.Duration) Record {
 	return Record{Present: true, Raw: fmt.Sprintf("-|db.service|A|b|%d", v), Holder: "b", Version: v,
-		LeaseSpan: span, Lease: "A", Unit: "db.service"}
+		LeaseSpan: span, Other: &OtherLease{Lease: "A", Unit: "db.service"}}
 }
 
 // A standby ages another lease's record exactly like a record held by
@@ -77,7 +77,7 @@ func TestRefusedAcquisitionOverAnotherLeasesRecordStartsOver(t *testing.T) {
 func TestAnotherLeasesRecordNeverExtendsOurs(t *testing.T) {
 	mine := held("a", 4)
 	r := mine
-	r.Version, r.Raw, r.Lease, r.Unit = 5, "other", "A", "db.service"
+	r.Version, r.Raw, r.Other = 5, "other", &OtherLease{Lease: "A", Unit: "db.service"}
 	if r.Extends(mine) {
 		t.Fatal("a record marked with another lease extends this node's own")
 	}

@@ -37,8 +37,8 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	if c := e.Current; c.Lease != "" {
-		return fmt.Sprintf("redislease: unit %s is held under lease %s by %s at version %d", c.Unit, c.Lease, c.Holder, c.Version)
+	if c := e.Current; c.Other != nil {
+		return fmt.Sprintf("redislease: unit %s is held under lease %s by %s at version %d", c.Other.Unit, c.Other.Lease, c.Holder, c.Version)
 	}
 	return fmt.Sprintf("redislease: key %s is %s by %s at version %d", e.Key, StateOf(e.Current), e.Current.Holder, e.Current.Version)
 }
@@ -134,7 +134,7 @@ func (s *Store) Observe(ctx context.Context, name string) (policy.Record, error)
 // keys, in the same command. While none names another lease's live record
 // it returns the lease's own record, as Observe does. Otherwise it returns
 // one record standing for every value read, marked with the first other
-// lease and its unit (policy.Record.Lease, Unit): the standby ages it, and
+// lease and its unit (policy.Record.Other): the standby ages it, and
 // any change to any of the values (every renewal of the other lease)
 // changes it. A unit key that holds anything but a unit record comes with
 // a *GarbageError naming that key. Pass the same units, in the same order,
@@ -204,7 +204,7 @@ func (s *Store) AcquireUnits(ctx context.Context, name string, units []string, s
 		return policy.Record{}, &GarbageError{Key: s.Key(name), Value: seen.Raw, Reason: "not a record Observe returned"}
 	}
 	own, expected := seen, map[string]string(nil)
-	if seen.Lease != "" {
+	if seen.Other != nil {
 		var ok bool
 		if own, expected, ok = parseComposite(seen.Raw); !ok {
 			return policy.Record{}, &GarbageError{Key: s.Key(name), Value: seen.Raw, Reason: "not an observation ObserveUnits returned"}

@@ -38,17 +38,17 @@ type ClaimedError struct {
 	Lease   string
 	Unit    string
 	Key     string        // the unit key
-	Current policy.Record // what it holds now, marked with its lease (Record.Lease)
+	Current policy.Record // what it holds now, marked with its lease (Record.Other)
 	Seen    string        // the other lease's record the caller aged there ("" for none)
 }
 
 func (e *ClaimedError) Error() string {
 	now := "now missing"
 	switch c := e.Current; {
-	case c.Present && c.Released:
-		now = fmt.Sprintf("now released under lease %s by %s at version %d", c.Lease, c.Holder, c.Version)
-	case c.Present:
-		now = fmt.Sprintf("held under lease %s by %s at version %d", c.Lease, c.Holder, c.Version)
+	case c.Other != nil && c.Released:
+		now = fmt.Sprintf("now released under lease %s by %s at version %d", c.Other.Lease, c.Holder, c.Version)
+	case c.Other != nil:
+		now = fmt.Sprintf("held under lease %s by %s at version %d", c.Other.Lease, c.Holder, c.Version)
 	}
 	if e.Seen == "" {
 		return fmt.Sprintf("redislease: lease %s not acquired: unit %s is %s, which this node has not aged", e.Lease, e.Unit, now)
@@ -57,6 +57,15 @@ func (e *ClaimedError) Error() string {
 }
 
 func (e *ClaimedError) Unwrap() error { return ErrClaimed }
+
+// OtherLease is the other lease: the one the unit key names now, or if it
+// is missing, the one whose record the caller aged there.
+func (e *ClaimedError) OtherLease() string {
+	if e.Current.Other != nil {
+		return e.Current.Other.Lease
+	}
+	return unitLeaseOf(e.Seen)
+}
 
 // UnitKey is the Redis key of a unit: the lease that last claimed it.
 func (s *Store) UnitKey(unit string) string { return s.prefix + "unit:" + unit }
@@ -89,7 +98,7 @@ func EncodeUnit(lease string, r policy.Record) string {
 
 // DecodeUnit parses a unit key's value: exactly as the scripts write it
 // (the scripts apply the same rule), anything else is a *GarbageError. The
-// record it returns is marked with its lease (Record.Lease) and unit, and
+// record it returns is marked with its lease and unit (Record.Other), and
 // keeps raw as Raw.
 func DecodeUnit(key, unit, raw string) (policy.Record, error) {
 	bad := func(reason string) (policy.Record, error) {
@@ -111,14 +120,14 @@ func DecodeUnit(key, unit, raw string) (policy.Record, error) {
 	if !ok {
 		return bad("the lease's record is not one the scripts write")
 	}
-	r.Raw, r.Lease, r.Unit = raw, strings.ReplaceAll(esc, `\\`, `\`), unit
+	r.Raw, r.Other = raw, &policy.OtherLease{Lease: strings.ReplaceAll(esc, `\\`, `\`), Unit: unit}
 	return r, nil
 }
 
 // unitLeaseOf is the lease a unit key's value names, for messages.
 func unitLeaseOf(raw string) string {
 	if r, err := DecodeUnit("", "", raw); err == nil {
-		return r.Lease
+		return r.Other.Lease
 	}
 	return "?"
 }
@@ -164,7 +173,7 @@ func (c composite) record(foreign []policy.Record) policy.Record {
 	}
 	f := foreign[0]
 	return policy.Record{Present: true, Raw: b.String(), Holder: f.Holder, Version: f.Version,
-		LeaseSpan: span, Lease: f.Lease, Unit: f.Unit}
+		LeaseSpan: span, Other: f.Other}
 }
 
 // parseComposite reads back a composite's Raw: the lease key's value, and
@@ -245,7 +254,7 @@ func (s *Store) observeUnits(ctx context.Context, name string, units []string) (
 		if err != nil {
 			return r, err
 		}
-		if r.Lease != name && !r.Released {
+		if r.Other.Lease != name && !r.Released {
 			c.units, c.vals = append(c.units, u), append(c.vals, raw)
 			foreign = append(foreign, r)
 		}

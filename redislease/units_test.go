@@ -70,7 +70,7 @@ func TestUnitKeysFollowTheLease(t *testing.T) {
 	}
 	// Its own unit keys never keep the lease's standbys out.
 	b := newStore(t, srv, "node-b")
-	if o := observeUnits(t, b, "A", units); o.Lease != "" || !o.Same(l3) {
+	if o := observeUnits(t, b, "A", units); otherOf(o).Lease != "" || !o.Same(l3) {
 		t.Fatalf("a standby of A observes %+v, want A's own record", o)
 	}
 	rel, err := a.ReleaseUnits(bg, "A", units, l3)
@@ -81,7 +81,7 @@ func TestUnitKeysFollowTheLease(t *testing.T) {
 		t.Fatalf("after release: %q, want %q", got, want)
 	}
 	r, err := DecodeUnit("k", "db.service", unitKey(srv, "db.service"))
-	if err != nil || !r.Released || r.Lease != "A" || r.Unit != "db.service" {
+	if err != nil || !r.Released || otherOf(r).Lease != "A" || otherOf(r).Unit != "db.service" {
 		t.Fatalf("released unit key decodes as %+v, %v", r, err)
 	}
 }
@@ -95,7 +95,7 @@ func TestAcquireRefusedWhileAnotherLeaseHoldsAUnit(t *testing.T) {
 	before := unitKey(srv, "db.service")
 
 	o := observeUnits(t, b, "B", dbUnit)
-	if !o.Present || o.Lease != "A" || o.Unit != "db.service" || o.Holder != "node-a" || o.Version != la.Version || o.Released ||
+	if !o.Present || otherOf(o).Lease != "A" || otherOf(o).Unit != "db.service" || o.Holder != "node-a" || o.Version != la.Version || o.Released ||
 		o.LeaseSpan != 37*time.Second {
 		t.Fatalf("B observes %+v, want A's record marked with lease A and db.service", o)
 	}
@@ -106,7 +106,7 @@ func TestAcquireRefusedWhileAnotherLeaseHoldsAUnit(t *testing.T) {
 	// Not aged: B's key is missing, but db.service is A's.
 	_, err := b.AcquireUnits(bg, "B", dbUnit, policy.Absent)
 	var claimed *ClaimedError
-	if !errors.As(err, &claimed) || !errors.Is(err, ErrClaimed) || claimed.Unit != "db.service" || claimed.Current.Lease != "A" ||
+	if !errors.As(err, &claimed) || !errors.Is(err, ErrClaimed) || claimed.Unit != "db.service" || otherOf(claimed.Current).Lease != "A" ||
 		!strings.Contains(err.Error(), "db.service") || !strings.Contains(err.Error(), "lease A") || !strings.Contains(err.Error(), "lease B") {
 		t.Fatalf("acquire over missing while A holds db.service: %v", err)
 	}
@@ -131,7 +131,7 @@ func TestAcquireRefusedWhileAnotherLeaseHoldsAUnit(t *testing.T) {
 	// the unit.
 	o = observeUnits(t, b, "B", dbUnit)
 	lb, err := b.AcquireUnits(bg, "B", dbUnit, o)
-	if err != nil || lb.Holder != "node-b" || lb.Lease != "" {
+	if err != nil || lb.Holder != "node-b" || otherOf(lb).Lease != "" {
 		t.Fatalf("acquire over the aged record of A: %+v %v", lb, err)
 	}
 	if got, want := unitKey(srv, "db.service"), EncodeUnit("B", lb); got != want {
@@ -141,7 +141,7 @@ func TestAcquireRefusedWhileAnotherLeaseHoldsAUnit(t *testing.T) {
 	// writes nothing.
 	_, err = a.RenewUnits(bg, "A", dbUnit, la)
 	var lost *LostError
-	if !errors.As(err, &lost) || lost.Current.Lease != "B" || lost.Current.Holder != "node-b" || !strings.Contains(err.Error(), "lease B") {
+	if !errors.As(err, &lost) || otherOf(lost.Current).Lease != "B" || lost.Current.Holder != "node-b" || !strings.Contains(err.Error(), "lease B") {
 		t.Fatalf("renewal of A after B claimed db.service: %v", err)
 	}
 	if got := srv.Command("GET", "unitlease:lease:A"); got != la.Raw {
@@ -156,7 +156,7 @@ func TestAcquireRefusedWhileAnotherLeaseHoldsAUnit(t *testing.T) {
 		t.Fatalf("A's release wrote over B's unit key: %q", got)
 	}
 	// A's standby now ages B's record in turn.
-	if o := observeUnits(t, a, "A", dbUnit); o.Lease != "B" || o.Holder != "node-b" {
+	if o := observeUnits(t, a, "A", dbUnit); otherOf(o).Lease != "B" || o.Holder != "node-b" {
 		t.Fatalf("A observes %+v, want B's record", o)
 	}
 }
@@ -194,7 +194,7 @@ func TestReleasedUnitNoLongerKeepsOut(t *testing.T) {
 	}
 	// A standby of A sees B's record now; a renewal of B claims it again
 	// over a released record of A.
-	if o := observeUnits(t, a, "A", dbUnit); o.Lease != "B" {
+	if o := observeUnits(t, a, "A", dbUnit); otherOf(o).Lease != "B" {
 		t.Fatalf("A observes %+v", o)
 	}
 }
@@ -210,7 +210,7 @@ func TestObservationCoversTheLeaseKeyAndEveryUnit(t *testing.T) {
 	la := acquireUnits(t, a, "A", dbUnit)
 	units := []string{"db.service", "web.service"}
 	o := observeUnits(t, b, "B", units)
-	if o.Lease != "A" || o.Unit != "db.service" {
+	if otherOf(o).Lease != "A" || otherOf(o).Unit != "db.service" {
 		t.Fatalf("B observes %+v", o)
 	}
 	// B's own holder renews: the observation changes, and the old one is
@@ -229,11 +229,11 @@ func TestObservationCoversTheLeaseKeyAndEveryUnit(t *testing.T) {
 	lw := acquireUnits(t, c, "W", []string{"web.service"})
 	_, err := b.AcquireUnits(bg, "B", units, o2)
 	var claimed *ClaimedError
-	if !errors.As(err, &claimed) || claimed.Unit != "web.service" || claimed.Current.Lease != "W" || claimed.Seen != "" {
+	if !errors.As(err, &claimed) || claimed.Unit != "web.service" || otherOf(claimed.Current).Lease != "W" || claimed.Seen != "" {
 		t.Fatalf("acquire while web.service was claimed since: %v", err)
 	}
 	o3 := observeUnits(t, b, "B", units)
-	if o3.LeaseSpan != 37*time.Second || o3.Lease != "A" {
+	if o3.LeaseSpan != 37*time.Second || otherOf(o3).Lease != "A" {
 		t.Fatalf("observation %+v", o3)
 	}
 	lb, err := b.AcquireUnits(bg, "B", units, o3)
@@ -357,8 +357,12 @@ func TestDecodeUnitRoundTrip(t *testing.T) {
 		v := EncodeUnit(lease, r)
 		got, err := DecodeUnit("k", "u.service", v)
 		want := r
-		want.Raw, want.Lease, want.Unit = v, lease, "u.service"
-		if err != nil || got != want {
+		want.Raw = v
+		if err != nil || got.Other == nil || *got.Other != (policy.OtherLease{Lease: lease, Unit: "u.service"}) {
+			t.Fatalf("%s: %+v %v", lease, got, err)
+		}
+		got.Other = nil
+		if got != want {
 			t.Fatalf("%s: %+v %v, want %+v", lease, got, err, want)
 		}
 	}
@@ -369,11 +373,12 @@ func TestDecodeUnitRoundTrip(t *testing.T) {
 
 func TestCompositeRoundTrip(t *testing.T) {
 	own := policy.Record{Present: true, Raw: `{"x":"1,2:3"}`, LeaseSpan: time.Second}
-	f := []policy.Record{{Lease: "A", Unit: "a.service", Holder: "n", Version: 4, LeaseSpan: 2 * time.Second}, {Lease: "C", Unit: "c.service", LeaseSpan: time.Second}}
+	f := []policy.Record{{Other: &policy.OtherLease{Lease: "A", Unit: "a.service"}, Holder: "n", Version: 4, LeaseSpan: 2 * time.Second},
+		{Other: &policy.OtherLease{Lease: "C", Unit: "c.service"}, LeaseSpan: time.Second}}
 	for _, o := range []policy.Record{own, policy.Absent} {
 		c := composite{own: o, units: []string{"a.service", "c.service"}, vals: []string{"v:1,", ""}}
 		r := c.record(f)
-		if r.Lease != "A" || r.Unit != "a.service" || r.Holder != "n" || r.Version != 4 || r.LeaseSpan != 2*time.Second {
+		if otherOf(r).Lease != "A" || otherOf(r).Unit != "a.service" || r.Holder != "n" || r.Version != 4 || r.LeaseSpan != 2*time.Second {
 			t.Fatalf("%+v", r)
 		}
 		gotOwn, vals, ok := parseComposite(r.Raw)
@@ -398,7 +403,7 @@ func TestUnitKeysUnderTheACL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := observeUnits(t, b, "B", dbUnit); o.Lease != "A" {
+	if o := observeUnits(t, b, "B", dbUnit); otherOf(o).Lease != "A" {
 		t.Fatalf("B observes %+v", o)
 	}
 	if _, err := a.ReleaseUnits(bg, "A", dbUnit, la); err != nil {
@@ -433,8 +438,16 @@ func FuzzDecodeUnit(f *testing.F) {
 			}
 			return
 		}
-		if enc := EncodeUnit(got.Lease, got); enc != raw || got.Raw != raw || got.Unit != "u.service" {
+		if enc := EncodeUnit(otherOf(got).Lease, got); enc != raw || got.Raw != raw || otherOf(got).Unit != "u.service" {
 			t.Fatalf("%q decodes to %+v, which encodes as %q", raw, got, enc)
 		}
 	})
+}
+
+// otherOf is the other lease a record is marked with (zero: none).
+func otherOf(r policy.Record) policy.OtherLease {
+	if r.Other == nil {
+		return policy.OtherLease{}
+	}
+	return *r.Other
 }

@@ -110,18 +110,18 @@ func (s *Supervisor) reportGarbage(err error) {
 // instead. Once per unit and lease, and once when it ends.
 func (s *Supervisor) reportElsewhere(rec policy.Record) {
 	key := ""
-	if rec.Lease != "" {
-		key = rec.Unit + "\x00" + rec.Lease
+	if o := rec.Other; o != nil {
+		key = o.Unit + "\x00" + o.Lease
 	}
 	if key == s.elsewhere {
 		return
 	}
 	prev := s.elsewhere
 	s.elsewhere = key
-	if rec.Lease != "" {
+	if o := rec.Other; o != nil {
 		s.logger().Warn(fmt.Sprintf("%s: held under lease %s by %s at version %d; lease %s is not acquired until that record is released or stays unchanged for the lease span",
-			rec.Unit, rec.Lease, rec.Holder, rec.Version, s.Lease),
-			logging.Event, eventElsewhere, logging.Unit, rec.Unit, otherLease, rec.Lease, logging.Holder, rec.Holder, logging.Version, rec.Version)
+			o.Unit, o.Lease, rec.Holder, rec.Version, s.Lease),
+			logging.Event, eventElsewhere, logging.Unit, o.Unit, otherLease, o.Lease, logging.Holder, rec.Holder, logging.Version, rec.Version)
 		return
 	}
 	unit, lease, _ := strings.Cut(prev, "\x00")
@@ -134,7 +134,7 @@ func (s *Supervisor) reportElsewhere(rec policy.Record) {
 func (s *Supervisor) reportClaimed(e *redislease.ClaimedError) {
 	c := e.Current
 	s.logger().Warn(fmt.Sprintf("%s: acquiring lease %s refused: %v", e.Unit, s.Lease, e),
-		logging.Event, eventElsewhere, logging.Unit, e.Unit, otherLease, c.Lease, logging.Holder, c.Holder, logging.Version, c.Version)
+		logging.Event, eventElsewhere, logging.Unit, e.Unit, otherLease, e.OtherLease(), logging.Holder, c.Holder, logging.Version, c.Version)
 }
 
 // The journal's event and field for a unit held under another lease.

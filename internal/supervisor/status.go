@@ -61,8 +61,8 @@ func (s *Supervisor) publish(now policy.Instant, j policy.Journal) {
 	} else if seen, _, ok := m.Seen(); ok {
 		st.Holder, st.Version = seen.Holder, seen.Version
 		st.LeaseAge = m.Age(now)
-		if seen.Lease != "" {
-			st.Reason = seen.Unit + " held under lease " + seen.Lease
+		if o := seen.Other; o != nil {
+			st.Reason = o.Unit + " held under lease " + o.Lease
 		}
 	}
 	s.status.Store(&st)

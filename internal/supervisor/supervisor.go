@@ -40,7 +40,7 @@ type Records interface {
 // UnitRecords is a Records that also keeps each unit to one lease across
 // the cluster (*redislease.Store): the same requests, given the lease's
 // units, read and write the units' keys with the lease's key. A record it
-// observes may be another lease's (policy.Record.Lease): one of the units
+// observes may be another lease's (policy.Record.Other): one of the units
 // is held under that lease. A supervisor whose store is one passes its
 // units to every request; the daemon's is.
 type UnitRecords interface {

@@ -234,11 +234,11 @@ func TestGarbageUnitKeyIsReportedAndLeftAlone(t *testing.T) {
 type claimingStore struct{ fakeStore }
 
 func (c *claimingStore) ObserveUnits(ctx context.Context, name string, _ []string) (policy.Record, error) {
-	return policy.Record{Present: true, Raw: "-A", Holder: "node-1", Version: 3, Lease: "A", Unit: "db.service"}, nil
+	return policy.Record{Present: true, Raw: "-A", Holder: "node-1", Version: 3, Other: &policy.OtherLease{Lease: "A", Unit: "db.service"}}, nil
 }
 
 func (c *claimingStore) AcquireUnits(_ context.Context, name string, units []string, seen policy.Record) (policy.Record, error) {
-	cur := policy.Record{Present: true, Raw: "-A4", Holder: "node-1", Version: 4, Lease: "A", Unit: "db.service"}
+	cur := policy.Record{Present: true, Raw: "-A4", Holder: "node-1", Version: 4, Other: &policy.OtherLease{Lease: "A", Unit: "db.service"}}
 	return policy.Record{}, &redislease.ClaimedError{Lease: name, Unit: units[0], Key: "unitlease:unit:" + units[0], Current: cur, Seen: "x"}
 }
 
