@@ -61,6 +61,7 @@ func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Eve
 	var claimed *redislease.ClaimedError
 	switch {
 	case err == nil:
+		s.elsewhere = "" // the units are this lease's now
 		return policy.Event{Kind: policy.AcquireOK, Record: rec}
 	case errors.Is(err, redislease.ErrUnknown):
 		return policy.Event{Kind: policy.AcquireUnknown}
