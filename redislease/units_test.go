@@ -192,10 +192,21 @@ func TestReleasedUnitNoLongerKeepsOut(t *testing.T) {
 	if got, want := unitKey(srv, "db.service"), EncodeUnit("B", lb); got != want {
 		t.Fatalf("B did not claim db.service: %q", got)
 	}
-	// A standby of A sees B's record now; a renewal of B claims it again
-	// over a released record of A.
+	// A standby of A sees B's record now.
 	if o := observeUnits(t, a, "A", dbUnit); otherOf(o).Lease != "B" {
 		t.Fatalf("A observes %+v", o)
+	}
+	// A renewal of B claims the unit again over a released record of A
+	// (written there meanwhile); B's release leaves another lease's
+	// released record as it is.
+	srv.Command("SET", "unitlease:unit:db.service", saved)
+	lb, err = b.RenewUnits(bg, "B", dbUnit, lb)
+	if got, want := unitKey(srv, "db.service"), EncodeUnit("B", lb); err != nil || got != want {
+		t.Fatalf("renewal over A's released record: %v, unit key %q", err, got)
+	}
+	srv.Command("SET", "unitlease:unit:db.service", saved)
+	if _, err := b.ReleaseUnits(bg, "B", dbUnit, lb); err != nil || unitKey(srv, "db.service") != saved {
+		t.Fatalf("release of B wrote over A's released record: %v, unit key %q", err, unitKey(srv, "db.service"))
 	}
 }
 
