@@ -12,9 +12,9 @@ import (
 // systemd lists them (FragmentPath, then DropInPaths, in the order it
 // applies them) and as they are on disk now: a file changed since the
 // last reload tells what systemd will apply after the next one, and a
-// file gone since is skipped. A value no file sets (a default, or one set
-// by `systemctl set-property --runtime` into a file systemd lists too)
-// has no origin.
+// file gone since is skipped. `systemctl set-property` writes drop-ins
+// that systemd lists too (under system.control); a value no file sets (a
+// default) has no origin.
 
 // unitFiles lists a unit's files in the order systemd applies them: its
 // fragment (none for a masked unit, whose fragment is /dev/null), then its
