@@ -119,6 +119,8 @@ func (c *checker) units(ctx context.Context, cfg *config.Config) {
 		switch {
 		case errors.As(err, &refused):
 			c.fail("%v", err)
+			_, statErr := os.Stat(ucfg.DropInPath(a.Unit))
+			c.refusedDropIn(a.Unit, ucfg.DropInPath(a.Unit), statErr == nil)
 		case err != nil:
 			c.fail("%s: %v", a.Unit, err)
 		default:
@@ -186,6 +188,17 @@ func (c *checker) dropIn(d dropInState) {
 				d.unit, d.path, d.daemon)
 		}
 	}
+}
+
+// refusedDropIn says whether a refused unit still has a drop-in: the
+// daemon writes none for a unit refused when it starts managing the lease,
+// and leaves one in place when a later reload finds the unit refused.
+func (c *checker) refusedDropIn(unit, path string, onDisk bool) {
+	if onDisk {
+		c.warn("%s: its drop-in %s is still on disk (the guard in it runs where systemd applies it), but the unit is refused: the daemon does not run it on this node", unit, path)
+		return
+	}
+	c.warn("%s: no drop-in (%s): the daemon does not manage a refused unit, and a start of it does not go through the guard", unit, path)
 }
 
 // activeStates are the ActiveState values of a daemon that runs.

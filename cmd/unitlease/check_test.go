@@ -66,3 +66,23 @@ func TestCheckDropIn(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckRefusedDropIn: what check says of the drop-in of a refused
+// unit, after the refusal's error.
+func TestCheckRefusedDropIn(t *testing.T) {
+	const path = "/run/systemd/system/vpn.service.d/zz-unitlease.conf"
+	for _, tt := range []struct {
+		onDisk bool
+		want   string
+	}{
+		{true, "warning  vpn.service: its drop-in " + path + " is still on disk (the guard in it runs where systemd applies it), but the unit is refused: the daemon does not run it on this node\n"},
+		{false, "warning  vpn.service: no drop-in (" + path + "): the daemon does not manage a refused unit, and a start of it does not go through the guard\n"},
+	} {
+		var out bytes.Buffer
+		c := checker{out: &out}
+		c.refusedDropIn("vpn.service", path, tt.onDisk)
+		if out.String() != tt.want || c.failed {
+			t.Errorf("on disk %t: got %q (failed %t), want %q", tt.onDisk, out.String(), c.failed, tt.want)
+		}
+	}
+}
