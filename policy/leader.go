@@ -31,6 +31,9 @@ func (m *Machine) renewDue() Instant {
 	if m.attempts > 0 {
 		return m.tried.Add(m.t.ReplyMax)
 	}
+	if m.blocked && !m.blockShown {
+		return m.anchor // a failed stop is written at once
+	}
 	due := onGrid(m.anchor.Add(m.t.Retry), m.grid)
 	if m.state == Confirming {
 		due = min(due, m.confirmAt)
@@ -70,6 +73,7 @@ func (m *Machine) renewed(r Record) {
 		m.attemptFailed()
 	default:
 		m.held, m.anchor, m.attempts = r, m.reqAt, 0
+		m.blockShown = m.blockShown || m.blockSent
 		if m.state == Confirming && m.reqAt >= m.confirmAt {
 			m.state = Starting
 		}
@@ -101,7 +105,7 @@ func (m *Machine) lost(e Event, o *Output) {
 		m.attemptFailed()
 		return
 	}
-	m.holding = false
+	m.holding, m.blocked, m.blockShown = false, false, false
 	o.note(JournalLost)
 	switch m.state {
 	case Confirming:

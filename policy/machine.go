@@ -67,6 +67,12 @@ type Machine struct {
 	anchor   Instant // send of the last successful acquire or renewal (rule 1)
 	attempts int     // renewals failed since anchor
 	tried    Instant // send of the last failed renewal
+	// blocked: a stop failed while holding, and none has succeeded since:
+	// renewals write the record stop_failed, which no standby acquires
+	// over, so that the lease stays blocked even if this daemon dies.
+	// blockSent: the last renewal sent carried it; blockShown: one that
+	// carried it succeeded.
+	blocked, blockSent, blockShown bool
 
 	ineligible bool // this node must not run the unit: it never acquires
 
@@ -173,7 +179,9 @@ func (m *Machine) advance(o *Output) {
 	case m.state == Releasing:
 		m.send(Release, m.held, o)
 	case m.renewing() && m.now >= m.renewDue():
-		m.send(Renew, m.held, o)
+		r := m.held
+		r.StopFailed, m.blockSent = m.blocked, m.blocked
+		m.send(Renew, r, o)
 	case m.observing() && m.now >= m.pollAt:
 		m.send(Observe, Absent, o)
 	}

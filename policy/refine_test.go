@@ -360,7 +360,7 @@ func runWorld(tm Timing, grids []time.Duration, seed uint64, steps int) (msg str
 func TestWorldFindsUnsafeTiming(t *testing.T) {
 	tm := worldTimings[2]
 	tm.LeaseSpan = tm.Retry + tm.RenewDeadline + time.Second
-	for seed := range uint64(50) {
+	for seed := range uint64(400) {
 		msg := runWorld(tm, []time.Duration{0}, seed, 20_000)
 		if strings.Contains(msg, "runs on both nodes") {
 			t.Logf("seed %d: %.300s", seed, msg)

@@ -40,10 +40,13 @@ func (m *Machine) see(r Record) {
 
 // mayAcquire: a released record at once, anything else after the lease
 // span unchanged (the longer of this node's and the last writer's); never
-// in backoff, nor while the node is ineligible.
+// in backoff, nor while the node is ineligible, nor over a record whose
+// holder could not stop its units (stop_failed), however old: a failed
+// stop never leads to a start elsewhere.
 func (m *Machine) mayAcquire() bool {
 	released := m.seen.Present && m.seen.Released
-	return m.state == Standby && !m.ineligible && (released || m.now.Sub(m.seenAt) >= max(m.t.LeaseSpan, m.writerSpan))
+	return m.state == Standby && !m.ineligible && !m.seen.StopFailed &&
+		(released || m.now.Sub(m.seenAt) >= max(m.t.LeaseSpan, m.writerSpan))
 }
 
 // nudge moves the next poll to now.

@@ -19,6 +19,7 @@ func (m *Machine) unitStopped(killed bool, o *Output) {
 	if killed {
 		o.Journal = JournalKilled
 	}
+	m.blocked, m.blockShown = false, false
 	m.state = Releasing // advance releases, or leaves if not holding
 }
 
@@ -31,6 +32,7 @@ func (m *Machine) unitStopFailed(o *Output) {
 	m.job = 0
 	o.note(JournalStopFailed)
 	m.state, m.until = StopFailed, m.now.Add(m.t.StopWait)
+	m.blocked = m.holding
 }
 
 func (m *Machine) releaseDone(ok bool, o *Output) {

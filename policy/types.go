@@ -53,6 +53,11 @@ type Record struct {
 	Token    string
 	Version  uint64
 	Released bool // the record's state is `released`
+	// StopFailed: the record's state is `stop_failed`: its holder could
+	// not stop its units. No standby acquires over it, however old; its
+	// holder releases it once a stop succeeds, or an operator clears it.
+	// In an Action's Record for Renew, it is the state to write.
+	StopFailed bool
 	// LeaseSpan is the writer's lease span, as its record says (0: not
 	// said). A standby waits the longer of it and its own: a holder
 	// configured with a longer span may run its unit that much longer.

@@ -359,7 +359,12 @@ func (st *store) apply(node string, a Action) Event {
 		case !st.owned(a.Record):
 			return Event{Kind: RenewLost, Record: st.rec}
 		}
-		return Event{Kind: RenewOK, Record: st.write(node, a.Record.Token, a.Record.Version+1, false)}
+		rec := st.write(node, a.Record.Token, a.Record.Version+1, false)
+		if a.Record.StopFailed {
+			st.rec.StopFailed, st.rec.Raw = true, st.rec.Raw+"/stop_failed"
+			rec = st.rec
+		}
+		return Event{Kind: RenewOK, Record: rec}
 	case Release:
 		if !st.owned(a.Record) {
 			return Event{Kind: ReleaseFailed}

@@ -40,7 +40,7 @@ func TestBatchSharesOnePipeline(t *testing.T) {
 			v-- // a stale version: this one alone is refused
 		}
 		c := &call{ctx: ctx, done: make(chan struct{}), queue: func(p redis.Pipeliner) redis.Cmder {
-			return renewScript.EvalSha(ctx, p, []string{s.Key(name(i))}, r.Holder, r.Token, v, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds())
+			return renewScript.EvalSha(ctx, p, []string{s.Key(name(i))}, r.Holder, r.Token, v, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), "", StateHeld)
 		}}
 		calls = append(calls, c)
 		b.calls <- c

@@ -16,6 +16,10 @@ import (
 const (
 	StateHeld     = "held"
 	StateReleased = "released"
+	// StateStopFailed is a holder's record while it cannot stop its
+	// units: no standby acquires over it, however old, until its holder
+	// stops them and releases it, or an operator clears it (Store.Clear).
+	StateStopFailed = "stop_failed"
 )
 
 // A lease key's value is a record: JSON written only by this package's
@@ -26,7 +30,8 @@ const (
 // holder is the node that acquired (and, if released, released) it;
 // version rises by one with every successful write; token is fresh for
 // every acquisition, and only its holder knows it, so only it can renew or
-// release; state is held or released; lease_span_ms is the writer's lease
+// release; state is held, stop_failed (held by a node that could not stop
+// its units) or released; lease_span_ms is the writer's lease
 // span, so a standby configured with a shorter one can wait the longer of
 // the two. Decode reads it into a policy.Record, the one shape a record
 // has in unitlease, with the exact bytes in Raw.
@@ -40,12 +45,21 @@ type wire struct {
 	LeaseSpanMS uint64 `json:"lease_span_ms"`
 }
 
-// StateOf is a present record's state, StateHeld or StateReleased.
+// StateOf is a present record's state: StateHeld, StateStopFailed or
+// StateReleased.
 func StateOf(r policy.Record) string {
-	if r.Released {
+	switch {
+	case r.Released:
 		return StateReleased
+	case r.StopFailed:
+		return StateStopFailed
 	}
 	return StateHeld
+}
+
+// knownState reports whether s is a record's state.
+func knownState(s string) bool {
+	return s == StateHeld || s == StateReleased || s == StateStopFailed
 }
 
 // ErrGarbage reports a value in a lease key that is not a record this
@@ -123,7 +137,8 @@ func Decode(key, raw string) (policy.Record, error) {
 
 func (w wire) record(raw string) policy.Record {
 	return policy.Record{Present: true, Raw: raw, Holder: w.Holder, Token: w.Token, Version: w.Version,
-		Released: w.State == StateReleased, LeaseSpan: time.Duration(w.LeaseSpanMS) * time.Millisecond}
+		Released: w.State == StateReleased, StopFailed: w.State == StateStopFailed,
+		LeaseSpan: time.Duration(w.LeaseSpanMS) * time.Millisecond}
 }
 
 // decodeCanonical reads a valid record written exactly as Encode (and the
@@ -160,7 +175,7 @@ func decodeCanonical(raw string) (policy.Record, bool) {
 	w.Version, err1 = strconv.ParseUint(version, 10, 53)
 	w.LeaseSpanMS, err2 = strconv.ParseUint(span, 10, 53)
 	if err1 != nil || err2 != nil || w.Version == 0 || ValidNode(w.Holder) != nil || !validToken(w.Token) ||
-		w.State != StateHeld && w.State != StateReleased {
+		!knownState(w.State) {
 		return policy.Record{}, false
 	}
 	return w.record(raw), true
@@ -225,8 +240,8 @@ func decodeJSON(key, raw string) (wire, error) {
 		return bad("holder: %v", ValidNode(r.Holder))
 	case !validToken(r.Token):
 		return bad("token is not %d lowercase hex digits", tokenLen)
-	case r.State != StateHeld && r.State != StateReleased:
-		return bad("state %q is neither %q nor %q", r.State, StateHeld, StateReleased)
+	case !knownState(r.State):
+		return bad("state %q is none of %q, %q and %q", r.State, StateHeld, StateStopFailed, StateReleased)
 	}
 	return r, nil
 }

@@ -36,7 +36,7 @@ local function decode(raw)
   if not ok or type(rec) ~= 'table' or type(rec.version) ~= 'number' or
      rec.version < 1 or rec.version ~= math.floor(rec.version) or
      type(rec.holder) ~= 'string' or type(rec.token) ~= 'string' or
-     (rec.state ~= 'held' and rec.state ~= 'released') then return nil end
+     (rec.state ~= 'held' and rec.state ~= 'released' and rec.state ~= 'stop_failed') then return nil end
   return rec
 end
 ` + unitLua
@@ -71,14 +71,15 @@ local function unitrec(raw)
   return rec
 end
 -- live is a unit key's value when it names another lease than ARGV[n]
--- with a held record, '' when it names none (missing, this lease, or a
--- released record); nil and the garbage reply when it is not a unit record.
+-- with a live record (held or stop_failed), '' when it names none
+-- (missing, this lease, or a released record); nil and the garbage reply
+-- when it is not a unit record.
 local function live(i, n)
   local v = redis.call('GET', KEYS[i])
   if not v then return '' end
   local u = unitrec(v)
   if not u then return nil, {'garbage', v, KEYS[i]} end
-  if u.lease ~= ARGV[n] and u.state == 'held' then return v end
+  if u.lease ~= ARGV[n] and u.state ~= 'released' then return v end
   return ''
 end
 `
@@ -106,12 +107,16 @@ local version = tonumber(ARGV[5])
 if cur then
   local rec = decode(cur)
   if not rec then return {'garbage', cur} end
+  -- Its holder could not stop the units: never acquired over.
+  if rec.state == 'stop_failed' then return {'conflict', cur} end
   if rec.version > version then version = rec.version end
 end
 for i = 2, #KEYS do
   local v, reply = live(i, 9)
   if not v then return reply end
-  if v ~= ARGV[8 + i] then return {'claimed', KEYS[i], redis.call('GET', KEYS[i])} end
+  if v ~= ARGV[8 + i] or v ~= '' and unitrec(v).state == 'stop_failed' then
+    return {'claimed', KEYS[i], redis.call('GET', KEYS[i])}
+  end
 end
 local new = record(ARGV[3], version + 1, ARGV[4], 'held', ARGV[8])
 redis.call('SET', KEYS[1], new, 'PX', ARGV[6])
@@ -123,15 +128,15 @@ return {'ok', new}
 `)
 
 // ownedLua checks that the key holds the caller's record: ARGV[1] holder,
-// ARGV[2] token, ARGV[3] version, state held. It returns the decoded record
-// or an early reply.
+// ARGV[2] token, ARGV[3] version, state held or stop_failed. It returns
+// the decoded record or an early reply.
 const ownedLua = `
 local function owned()
   local cur = redis.call('GET', KEYS[1])
   if not cur then return nil, {'missing'} end
   local rec = decode(cur)
   if not rec then return nil, {'garbage', cur} end
-  if rec.holder ~= ARGV[1] or rec.token ~= ARGV[2] or rec.state ~= 'held' or
+  if rec.holder ~= ARGV[1] or rec.token ~= ARGV[2] or rec.state == 'released' or
      string.format('%d', rec.version) ~= ARGV[3] then
     return nil, {'lost', cur}
   end
@@ -176,7 +181,8 @@ end
 `
 
 // renewScript: KEYS[1] lease key, KEYS[2..] unit keys. ARGV: holder,
-// token, version, ttl ms, lease span ms, lease name (escaped). The unit
+// token, version, ttl ms, lease span ms, lease name (escaped), the state
+// to write (held, or stop_failed while the holder cannot stop). The unit
 // keys get the new record too (claimed again if they were missing or
 // named another lease's released record); one that names another lease's
 // live record is a loss: the unit was taken under that lease, and nothing
@@ -186,7 +192,7 @@ local rec, reply = owned()
 if not rec then return reply end
 local skip, garbage = checkunits(6, false)
 if not skip then return garbage end
-local new = record(ARGV[1], rec.version + 1, ARGV[2], 'held', ARGV[5])
+local new = record(ARGV[1], rec.version + 1, ARGV[2], ARGV[7], ARGV[5])
 redis.call('SET', KEYS[1], new, 'PX', ARGV[4])
 writeunits(6, new, ARGV[4], skip)
 return okreply(new, garbage)
@@ -207,6 +213,32 @@ redis.call('SET', KEYS[1], new, 'PX', ARGV[4])
 writeunits(7, new, ARGV[4], skip)
 redis.call('PUBLISH', ARGV[6], new)
 return okreply(new, garbage)
+`)
+
+// clearScript is the operator's word that a node whose stop failed was
+// cleaned up by hand: KEYS[1] lease key, KEYS[2..] unit keys that named
+// the lease's record when the operator looked. ARGV: expected value (a
+// stop_failed record), holder, token, ttl ms, events channel, lease name
+// (escaped). It replaces exactly that record with a released one, and the
+// unit keys that still hold it, under this lease's name, with the same.
+var clearScript = redis.NewScript(recordLua + `
+local cur = redis.call('GET', KEYS[1])
+if cur ~= ARGV[1] then
+  if cur then return {'conflict', cur} end
+  return {'conflict'}
+end
+local rec = decode(cur)
+if not rec then return {'garbage', cur} end
+if rec.state ~= 'stop_failed' then return {'conflict', cur} end
+local new = record(ARGV[2], rec.version + 1, ARGV[3], 'released', string.format('%d', rec.lease_span_ms))
+redis.call('SET', KEYS[1], new, 'PX', ARGV[4])
+for i = 2, #KEYS do
+  if redis.call('GET', KEYS[i]) == unitvalue(ARGV[6], cur) then
+    redis.call('SET', KEYS[i], unitvalue(ARGV[6], new), 'PX', ARGV[4])
+  end
+end
+redis.call('PUBLISH', ARGV[5], new)
+return {'ok', new}
 `)
 
 // overwriteScript is the operator's escape hatch: KEYS[1] lease key. ARGV:

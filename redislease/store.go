@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -243,7 +244,9 @@ func (s *Store) leaseArg(name string, units []string) (string, error) {
 // at its new version, or a *LostError (definitive), ErrMissing, a
 // *GarbageError, or ErrUnknown. A record that extends held (policy's
 // Record.Extends: an earlier renewal whose reply was lost did commit) is
-// still this node's: it renews from there. It is RenewUnits without units.
+// still this node's: it renews from there. held.StopFailed is the state to
+// write: stop_failed while this node cannot stop the lease's units, which
+// no standby acquires over. It is RenewUnits without units.
 func (s *Store) Renew(ctx context.Context, name string, held policy.Record) (policy.Record, error) {
 	return s.RenewUnits(ctx, name, nil, held)
 }
@@ -264,7 +267,9 @@ func (s *Store) RenewUnits(ctx context.Context, name string, units []string, hel
 	next, err := s.renew(ctx, name, units, held)
 	var lost *LostError
 	if errors.As(err, &lost) && lost.Current.Extends(held) {
-		next, err = s.renew(ctx, name, units, lost.Current)
+		r := lost.Current
+		r.StopFailed = held.StopFailed // the state to write
+		next, err = s.renew(ctx, name, units, r)
 	}
 	return next, err
 }
@@ -274,8 +279,12 @@ func (s *Store) renew(ctx context.Context, name string, units []string, r policy
 	if err != nil {
 		return policy.Record{}, err
 	}
+	state := StateHeld
+	if r.StopFailed {
+		state = StateStopFailed
+	}
 	reply, err := s.run(ctx, renewScript, name, units,
-		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), esc)
+		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), esc, state)
 	if err != nil {
 		return policy.Record{}, err
 	}
@@ -331,6 +340,81 @@ func (s *Store) Overwrite(ctx context.Context, name string, seen policy.Record) 
 	delete(s.floor, name) // the operator's word resets what this node knew
 	s.mu.Unlock()
 	return s.reply(name, reply, nil)
+}
+
+// ErrNotStopFailed: Clear found the lease's record in another state than
+// stop_failed.
+var ErrNotStopFailed = errors.New("not stop_failed")
+
+// Clear is the operator's word that the node named in the lease's
+// stop_failed record was cleaned up by hand (its units' processes are
+// gone): it replaces exactly the record it read with a released one,
+// written by this node, and every unit key that mirrors that record with
+// the same, so that a standby acquires at once. It refuses a record in
+// any other state (ErrNotStopFailed) or a missing one, and a record that
+// changed since it read it (a *ConflictError). It returns the record it
+// replaced, the released record and the units whose keys it cleared.
+func (s *Store) Clear(ctx context.Context, name string) (was, now policy.Record, units []string, err error) {
+	esc, err := escapeLease(name)
+	if err != nil {
+		return was, now, nil, err
+	}
+	was, err = s.Observe(ctx, name)
+	switch {
+	case err != nil:
+		return was, now, nil, err
+	case !was.Present:
+		return was, now, nil, fmt.Errorf("lease %s: the key %s does not exist", name, s.Key(name))
+	case !was.StopFailed:
+		return was, now, nil, fmt.Errorf("lease %s is %s, %w", name, StateOf(was), ErrNotStopFailed)
+	}
+	units, err = s.unitsMirroring(ctx, `{"lease":"`+esc+`",`+was.Raw[1:])
+	if err != nil {
+		return was, now, nil, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return was, now, nil, err
+	}
+	reply, err := s.run(ctx, clearScript, name, units,
+		was.Raw, s.node, token, s.TTL().Milliseconds(), s.Channel(name), esc)
+	if err != nil {
+		return was, now, nil, err
+	}
+	now, err = s.reply(name, reply, nil)
+	return was, now, units, err
+}
+
+// unitsMirroring lists the units whose keys hold want: a lease's record
+// under its name, as the scripts write it.
+func (s *Store) unitsMirroring(ctx context.Context, want string) ([]string, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	prefix := s.UnitKey("")
+	var keys []string
+	iter := s.rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("redislease: list unit keys: %w", err)
+	}
+	var units []string
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), 500)]
+		keys = keys[len(batch):]
+		vals, err := s.rdb.MGet(ctx, batch...).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("redislease: read unit keys: %w", err)
+		}
+		for i, v := range vals {
+			if str, ok := v.(string); ok && str == want {
+				units = append(units, strings.TrimPrefix(batch[i], prefix))
+			}
+		}
+	}
+	sort.Strings(units)
+	return units, nil
 }
 
 // run executes a script on a lease key and its units' keys within

@@ -155,8 +155,8 @@ func netstring(b *strings.Builder, s string) {
 }
 
 // record is the observation as a policy.Record: marked with the first
-// other lease and its unit, that record's holder and version, and the
-// longest lease span among the values read.
+// other lease and its unit, that record's holder and version, the longest
+// lease span among the values read, and stop_failed if any of them is.
 func (c composite) record(foreign []policy.Record) policy.Record {
 	var b strings.Builder
 	if c.own.Present {
@@ -165,15 +165,16 @@ func (c composite) record(foreign []policy.Record) policy.Record {
 	} else {
 		b.WriteByte('-')
 	}
-	span := c.own.LeaseSpan
+	span, stopFailed := c.own.LeaseSpan, c.own.StopFailed
 	for i, u := range c.units {
 		netstring(&b, u)
 		netstring(&b, c.vals[i])
 		span = max(span, foreign[i].LeaseSpan)
+		stopFailed = stopFailed || foreign[i].StopFailed
 	}
 	f := foreign[0]
 	return policy.Record{Present: true, Raw: b.String(), Holder: f.Holder, Version: f.Version,
-		LeaseSpan: span, Other: f.Other}
+		LeaseSpan: span, StopFailed: stopFailed, Other: f.Other}
 }
 
 // parseComposite reads back a composite's Raw: the lease key's value, and

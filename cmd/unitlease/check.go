@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/unitlease/unitlease/internal/config"
@@ -243,6 +244,33 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 	c.ok("%s: WatchdogSec %v + a third of it + TimeoutAbortSec %v: a daemon that stops acting is killed, and its units stopped through BindsTo=, within the allowance %v after a deadline",
 		unit, wd, abort, cfg.Timing.Allowance)
 	return true
+}
+
+// clearStopFailed releases a lease whose record is stop_failed (its
+// holder could not stop the units), with the unit keys that mirror it,
+// printing what it replaced. The operator vouches that no process of the
+// lease's units is left on the node the record names.
+func clearStopFailed(cfg *config.Config, lease string, out io.Writer) error {
+	store, err := redislease.New(cfg.RedisConfig())
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	was, now, units, err := store.Clear(ctx, lease)
+	if errors.Is(err, redislease.ErrNotStopFailed) {
+		return fmt.Errorf("%w: clear only releases a lease whose holder could not stop its units (use `unitlease handoff` to move a lease)", err)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "lease %s: was stop_failed on %s at version %d\n", lease, was.Holder, was.Version)
+	if len(units) > 0 {
+		fmt.Fprintf(out, "unit keys released with it: %s\n", strings.Join(units, ", "))
+	}
+	fmt.Fprintf(out, "lease %s: now released at version %d; a standby may acquire it at once\n", lease, now.Version)
+	return nil
 }
 
 // resetGarbage replaces a lease key that holds garbage with a released

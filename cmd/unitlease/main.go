@@ -30,6 +30,7 @@ const usage = `usage: unitlease COMMAND [ARGS]
   check [--config FILE]           validate configuration, annotations, units and Redis
   guard UNIT                      ExecStartPre= of managed units: fail unless this node may start UNIT
   reset [--config FILE] LEASE     replace a lease key holding garbage with a released record
+  clear [--config FILE] LEASE     release a lease whose holder could not stop its units, once they are gone
   version                         print the version
 `
 
@@ -49,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmds := map[string]func([]string, io.Writer, io.Writer) int{
 		"run": cmdRun, "status": cmdStatus, "handoff": cmdHandoff, "check": cmdCheck,
-		"guard": cmdGuard, "reset": cmdReset, "version": cmdVersion,
+		"guard": cmdGuard, "reset": cmdReset, "clear": cmdClear, "version": cmdVersion,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -161,6 +162,27 @@ func cmdReset(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := resetGarbage(cfg, fs.Arg(0), stdout); err != nil {
 		fmt.Fprintln(stderr, "unitlease reset:", err)
+		return 1
+	}
+	return 0
+}
+
+func cmdClear(args []string, stdout, stderr io.Writer) int {
+	var path string
+	fs, ok := flags("clear", args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
+	})
+	if !ok || fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: unitlease clear [--config FILE] LEASE")
+		return 2
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlease clear:", err)
+		return 1
+	}
+	if err := clearStopFailed(cfg, fs.Arg(0), stdout); err != nil {
+		fmt.Fprintln(stderr, "unitlease clear:", err)
 		return 1
 	}
 	return 0

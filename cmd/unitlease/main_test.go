@@ -57,6 +57,7 @@ func TestArgs(t *testing.T) {
 	const guardUsage = "usage: unitlease guard UNIT\n"
 	const handoffUsage = "usage: unitlease handoff LEASE|UNIT\n"
 	const resetUsage = "usage: unitlease reset [--config FILE] LEASE\n"
+	const clearUsage = "usage: unitlease clear [--config FILE] LEASE\n"
 	for _, tc := range []struct {
 		name      string
 		args      []string
@@ -82,6 +83,8 @@ func TestArgs(t *testing.T) {
 			stderrHas: []string{"flag provided but not defined: -bogus", "Usage of unitlease run:"}},
 		{name: "reset no lease", args: []string{"reset", "--config", missing}, code: 2, stderr: resetUsage},
 		{name: "reset two leases", args: []string{"reset", "--config", missing, "web", "db"}, code: 2, stderr: resetUsage},
+		{name: "clear no lease", args: []string{"clear", "--config", missing}, code: 2, stderr: clearUsage},
+		{name: "clear two leases", args: []string{"clear", "--config", missing, "web", "db"}, code: 2, stderr: clearUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runCmd(tc.args...)
