@@ -45,9 +45,8 @@ bench-scale:
 # .deb installed, a real Redis, the exclusion witness; a table per scenario
 # and the runs as JSON. VMTEST_PROFILE=default runs the daemon's default
 # timing (slow: about a minute per run). The fast profile's crash failover
-# is about 2.9 s (a lease span of 2.773 s, a poll and the start), close
-# enough to 3 s that a loaded machine may pass it: the figure is reported,
-# not enforced, here.
+# is about 3.1 s (a lease span of 3.007 s, a poll and the start), above
+# the 3 s figure: it is reported, not enforced, here.
 VMTEST_RUNS    ?= 2
 VMTEST_PROFILE ?= fast
 VMTEST_FLAGS   ?= -crash-under-advisory

@@ -53,9 +53,10 @@ const (
 	// that fires late, a GC pause, a loaded machine.
 	SchedulingDelay = time.Second
 	// DefaultAllowance is the allowance of the packaged unitlease.service:
-	// WatchdogSec=2s, a third of it for the check of the loops, and
-	// TimeoutAbortSec=1s (the daemon's KillAllowance).
-	DefaultAllowance = 3667 * time.Millisecond
+	// WatchdogSec=2s, a third of it for the check of the loops,
+	// TimeoutAbortSec=1s, and twice systemd's 250 ms timer slack (the
+	// daemon's KillAllowance).
+	DefaultAllowance = 4167 * time.Millisecond
 	// MaxDuration is the largest value any timing key accepts.
 	MaxDuration = time.Hour
 )

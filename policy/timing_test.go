@@ -38,11 +38,11 @@ func TestDefaultTimingIsTheSeed(t *testing.T) {
 
 func TestSafeMinimumDefaults(t *testing.T) {
 	d := DefaultTiming()
-	// (35 s + 3.667 s) × 1.001 / 0.999 = 38.7444114 s; the next whole ms above.
-	if got, want := d.SafeMinimum(), 38745*time.Millisecond; got != want {
+	// (35 s + 4.167 s) × 1.001 / 0.999 = 39.2454 s; the next whole ms above.
+	if got, want := d.SafeMinimum(), 39246*time.Millisecond; got != want {
 		t.Fatalf("SafeMinimum = %v, want %v", got, want)
 	}
-	if got, want := d.Margin(), 3745*time.Millisecond; got != want {
+	if got, want := d.Margin(), 4246*time.Millisecond; got != want {
 		t.Fatalf("Margin = %v, want %v", got, want)
 	}
 	r, err := d.Resolved()
@@ -79,9 +79,9 @@ func TestValidateRejects(t *testing.T) {
 		want string
 	}{
 		{func(t *Timing) { t.LeaseSpan = 30 * s },
-			"policy: lease_span 30s is below the safe minimum 38.745s (retry 5s + renew_deadline 20s + stop_wait 10s + margin 3.745s: the allowance 3.667s for a daemon that acts late, which unitlease.service's WatchdogSec= and TimeoutAbortSec= set, and clock drift)"},
-		{func(t *Timing) { t.LeaseSpan = 38744 * time.Millisecond },
-			"policy: lease_span 38.744s is below the safe minimum 38.745s (retry 5s + renew_deadline 20s + stop_wait 10s + margin 3.745s: the allowance 3.667s for a daemon that acts late, which unitlease.service's WatchdogSec= and TimeoutAbortSec= set, and clock drift)"},
+			"policy: lease_span 30s is below the safe minimum 39.246s (retry 5s + renew_deadline 20s + stop_wait 10s + margin 4.246s: the allowance 4.167s for a daemon that acts late, which unitlease.service's WatchdogSec= and TimeoutAbortSec= set, and clock drift)"},
+		{func(t *Timing) { t.LeaseSpan = 39245 * time.Millisecond },
+			"policy: lease_span 39.245s is below the safe minimum 39.246s (retry 5s + renew_deadline 20s + stop_wait 10s + margin 4.246s: the allowance 4.167s for a daemon that acts late, which unitlease.service's WatchdogSec= and TimeoutAbortSec= set, and clock drift)"},
 		{func(t *Timing) { t.Allowance = 0 },
 			"policy: allowance 0s must be positive"},
 		{func(t *Timing) { t.ReplyMax = 5 * s },
@@ -117,7 +117,7 @@ func TestValidateAcceptsLimits(t *testing.T) {
 	for _, tm := range []Timing{
 		{Retry: time.Hour, RenewDeadline: time.Hour, StopWait: time.Hour, ReplyMax: time.Hour - 1, PollMin: time.Hour, PollMax: time.Hour, Allowance: time.Hour},
 		{Retry: 2, RenewDeadline: 2, StopWait: 1, ReplyMax: 1, PollMin: 1, PollMax: 1, Allowance: 1},
-		{Retry: 5 * s, RenewDeadline: 20 * s, StopWait: 10 * s, ReplyMax: 2 * s, PollMin: 5 * s, PollMax: 5 * s, Allowance: DefaultAllowance, LeaseSpan: 38745 * time.Millisecond},
+		{Retry: 5 * s, RenewDeadline: 20 * s, StopWait: 10 * s, ReplyMax: 2 * s, PollMin: 5 * s, PollMax: 5 * s, Allowance: DefaultAllowance, LeaseSpan: 39246 * time.Millisecond},
 	} {
 		if err := tm.Validate(); err != nil {
 			t.Errorf("%+v: %v", tm, err)

@@ -241,7 +241,7 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 		c.fail("%s: %v", unit, err)
 		return false
 	}
-	c.ok("%s: WatchdogSec %v + a third of it + TimeoutAbortSec %v: a daemon that stops acting is killed, and its units stopped through BindsTo=, within the allowance %v after a deadline",
+	c.ok("%s: WatchdogSec %v + a third of it + TimeoutAbortSec %v + systemd's timer slack: a daemon that stops acting is killed, and its units stopped through BindsTo=, within the allowance %v after a deadline",
 		unit, wd, abort, cfg.Timing.Allowance)
 	return true
 }

@@ -107,7 +107,7 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 	log = slog.New(journal)
 	if err := daemon.Run(ctx, cfg, log, daemon.RunOptions{}); err != nil {
 		if errors.Is(err, daemon.ErrSetup) {
-			log.Error("not starting: "+strings.TrimPrefix(err.Error(), daemon.ErrSetup.Error()+": "), logging.Event, "config_error", "OBJECT_SYSTEMD_UNIT", "unitlease.service")
+			log.Error(strings.TrimPrefix(err.Error(), daemon.ErrSetup.Error()+": "), logging.Event, "config_error", "OBJECT_SYSTEMD_UNIT", "unitlease.service")
 			return 1
 		}
 		log.Error("exiting: "+err.Error(), logging.Event, "daemon_error", "OBJECT_SYSTEMD_UNIT", "unitlease.service")

@@ -114,7 +114,7 @@ func TestErrorKeysAndLines(t *testing.T) {
 		{"[timing]\nrenew_deadline = \"1s\"\n", 0, "timing.reply_max", "reply_max 2s must be below renew_deadline 1s"},
 		{"[timing]\npoll_min = \"20s\"\npoll_max = \"10s\"\n", 2, "timing.poll_min", "poll_min 20s is above poll_max 10s"},
 		{"[timing]\npoll_max = \"1s\"\n", 0, "timing.poll_min", "poll_min 5s is above poll_max 1s"},
-		{"node = \"n\"\n\n[timing]\nretry = \"6s\"\nlease_span = \"38.745s\"\n", 5, "timing.lease_span", "lease_span 38.745s is below the safe minimum 39.747s (retry 6s"},
+		{"node = \"n\"\n\n[timing]\nretry = \"6s\"\nlease_span = \"39.246s\"\n", 5, "timing.lease_span", "lease_span 39.246s is below the safe minimum 40.248s (retry 6s"},
 		{"[timing]\nstop_wait = \"0s\"\n", 2, "timing.stop_wait", "stop_wait 0s is below 1s"},
 		{"[timing]\nretry = \"0s\"\n", 2, "timing.retry", "retry 0s must be positive"},
 		{"[timing]\npoll_max = \"61m\"\n", 2, "timing.poll_max", "poll_max 1h1m0s is above the limit of 1h0m0s"},

@@ -10,8 +10,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,18 +80,6 @@ func (p *pings) all() []time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]time.Time(nil), p.at...)
-}
-
-// maxGap is the longest time between consecutive pings from from on
-// (systemd would have killed the daemon if it exceeded the interval).
-func maxGap(ps []time.Time, from time.Time) time.Duration {
-	var g time.Duration
-	for i := 1; i < len(ps); i++ {
-		if ps[i].After(from) {
-			g = max(g, ps[i].Sub(ps[i-1]))
-		}
-	}
-	return g
 }
 
 func stillClock() supervisor.Clock {
@@ -195,9 +186,9 @@ func hangAfterRenewal(t *testing.T, interval, delay time.Duration) (stuck time.T
 	return stuck, ps
 }
 
-// Probe (holds): a loop whose step hangs right after a watchdog tick's
-// check, with each ping delivered at its check, has its last ping within
-// a third of the interval of the hang, as KillAllowance counts on.
+// Control for the test above: with the ping delivered at its check, the
+// same hang has its last ping within a third of the interval, as the
+// argument says.
 func TestBreakWatchdogPingDeliveredAtItsCheck(t *testing.T) {
 	const interval = 3 * time.Second
 	synctest.Test(t, func(t *testing.T) {
@@ -206,6 +197,94 @@ func TestBreakWatchdogPingDeliveredAtItsCheck(t *testing.T) {
 			t.Fatalf("last ping %v after the loop got stuck, over the check %v", last.Sub(stuck), watchdogCheck(interval))
 		}
 	})
+}
+
+// abortSystemd is fakeSystemd whose unitlease.service TimeoutAbortSec=
+// can change, as a drop-in and a daemon-reload change it.
+type abortSystemd struct {
+	*fakeSystemd
+	mu    sync.Mutex
+	abort time.Duration
+}
+
+func (a *abortSystemd) TimeoutAbort(context.Context, string) (time.Duration, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.abort, nil
+}
+
+func (a *abortSystemd) setAbort(d time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.abort = d
+}
+
+// Attack: the allowance is read once, when `run` starts. TimeoutAbortSec=
+// is unit configuration that a daemon-reload applies to the running
+// daemon (systemd serializes WatchdogSec's original value across a reload,
+// not the abort timeout): an administrator who raises it so that the
+// SIGABRT's goroutine dump or core dump has time to be written (what the
+// setting is documented for), then runs daemon-reload, has the running
+// daemon killed that much later than the lease span allows, until it is
+// restarted. The daemon reloads its annotations on systemd's Reloaded
+// signal, but never reads its own unit again.
+func TestBreakAbortTimeoutRaisedUnderARunningDaemon(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "2000000")
+	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
+	synctest.Test(t, func(t *testing.T) {
+		sd := &abortSystemd{fakeSystemd: newFakeSystemd(map[string]string{"db.service": "db"}), abort: time.Second}
+		cfg, err := config.Parse("unitlease.toml", []byte("node = \"node-a\"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		// What Run does before it starts the daemon.
+		interval, allowance, err := watchdogAllowance(ctx, sd, "unitlease.service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.SetAllowance(allowance); err != nil {
+			t.Fatal(err)
+		}
+		logs := &syncBuffer{}
+		d := New(cfg, logging.Text(logs, slog.LevelInfo), newMemStore(), sd, unitctl.Config{}, func(string) {})
+		d.Reload(ctx)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if err := d.allowanceGrew(ctx); err != nil {
+			t.Fatalf("nothing changed, yet: %v", err)
+		}
+		// A drop-in sets TimeoutAbortSec=30s; systemctl daemon-reload. The
+		// loop asks allowanceGrew on systemd's Reloaded signal, and hands
+		// every lease off and exits when it says so.
+		sd.setAbort(30 * time.Second)
+		abort, _ := sd.TimeoutAbort(ctx, "unitlease.service")
+		if need := KillAllowance(interval, abort); d.cfg.Timing.Allowance < need && d.allowanceGrew(ctx) == nil {
+			t.Fatalf("TimeoutAbortSec raised to %v under the running daemon: systemd now kills it up to %v after it stops acting, "+
+				"but the allowance in force (and the lease span %v it derived) still counts %v: a leader frozen at its deadline runs its unit up to %v longer than the span allows for",
+				abort, need, d.cfg.Timing.LeaseSpan, d.cfg.Timing.Allowance, need-d.cfg.Timing.Allowance)
+		}
+	})
+}
+
+// hangStop is fakeSystemd whose Stop of the unit does not return, whatever
+// its ctx says, until released: go-systemd's startJob holds the
+// connection's jobListener mutex for the whole StopUnit/StartUnit D-Bus
+// call, so a StopUnitContext waits on that mutex, deaf to its ctx, while
+// another lease's StartUnitContext (which unitctl runs on a ctx with no
+// deadline) waits for PID 1's reply.
+type hangStop struct {
+	*fakeSystemd
+	hang    atomic.Bool
+	release chan struct{}
+}
+
+func (h *hangStop) Stop(ctx context.Context, unit string, stopWait time.Duration) error {
+	if h.hang.Load() {
+		<-h.release
+	}
+	return h.fakeSystemd.Stop(ctx, unit, stopWait)
 }
 
 // hangRenew is memStore whose renewals, once hung, never return (deaf to
@@ -268,8 +347,9 @@ func TestBreakKillAllowanceRounding(t *testing.T) {
 		450 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 2*time.Second + 1, 10 * time.Second, policy.MaxDuration} {
 		for _, ab := range []time.Duration{0, 1, 100 * time.Millisecond, time.Second, policy.MaxDuration} {
 			a := KillAllowance(wd, ab)
-			if a < wd+watchdogCheck(wd)+ab || a > wd+watchdogCheck(wd)+ab+time.Millisecond+1 || a <= 0 {
-				t.Errorf("KillAllowance(%v, %v) = %v; watchdog + check + abort = %v", wd, ab, a, wd+watchdogCheck(wd)+ab)
+			base := wd + watchdogCheck(wd) + ab + 2*SystemdTimerSlack
+			if a < base || a > base+time.Millisecond+1 || a <= 0 {
+				t.Errorf("KillAllowance(%v, %v) = %v; watchdog + check + abort + systemd's slack = %v", wd, ab, a, base)
 			}
 		}
 	}
@@ -294,5 +374,192 @@ func TestBreakExplicitLeaseSpanMustCoverTheAllowance(t *testing.T) {
 	if err := cfg.SetAllowance(KillAllowance(10*time.Second, 2*time.Second)); err == nil {
 		t.Fatalf("lease_span %v accepted with an allowance of %v (safe minimum %v)", span,
 			KillAllowance(10*time.Second, 2*time.Second), cfg.Timing.SafeMinimum())
+	}
+}
+
+// unitWatchdogSystemd is fakeSystemd that knows unitlease.service's
+// WatchdogSec= as systemd loaded it (the property `check` reads).
+type unitWatchdogSystemd struct {
+	*fakeSystemd
+	watchdog time.Duration
+}
+
+func (u unitWatchdogSystemd) Watchdog(context.Context, string) (time.Duration, error) {
+	return u.watchdog, nil
+}
+
+// Attack: `run` takes the interval from WATCHDOG_USEC, `check` from the
+// unit's WatchdogUSec property. systemd enforces the property; the
+// variable is only what the process was told, and the unit's own
+// Environment= is merged after systemd's variables, so
+// Environment=WATCHDOG_USEC=100000 (someone "lowering the daemon's
+// watchdog") overrides it: the daemon then derives its allowance from
+// 100ms while systemd kills it only 30s after its last ping. `check`
+// (property) and `run` (variable) disagree and nothing compares them.
+func TestBreakWatchdogUsecFromTheEnvironmentNotTheUnit(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "100000")
+	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
+	sd := unitWatchdogSystemd{fakeSystemd: newFakeSystemd(nil), watchdog: 30 * time.Second}
+	interval, allowance, err := watchdogAllowance(context.Background(), sd, "unitlease.service")
+	if err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	abort, _ := sd.TimeoutAbort(context.Background(), "unitlease.service")
+	enforced, _ := sd.Watchdog(context.Background(), "unitlease.service")
+	if need := KillAllowance(enforced, abort); allowance < need {
+		t.Fatalf("systemd enforces WatchdogSec %v on the unit, the environment says %v: run starts with the allowance %v, "+
+			"but a daemon that stops acting is killed up to %v later (%v short); check, reading the property, would report %v",
+			enforced, interval, allowance, need, need-allowance, need)
+	}
+}
+
+// notes records sd_notify messages with when they were sent.
+type notes struct {
+	mu sync.Mutex
+	at []time.Time
+	m  []string
+}
+
+func (n *notes) add(s string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.at, n.m = append(n.at, time.Now()), append(n.m, s)
+}
+
+// first is when msg was first sent (zero: never), last when it was last.
+func (n *notes) when(msg string) (first, last time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, m := range n.m {
+		if m == msg {
+			if first.IsZero() {
+				first = n.at[i]
+			}
+			last = n.at[i]
+		}
+	}
+	return first, last
+}
+
+// Attack: the watchdog ends with the daemon's ctx (SIGTERM), and Shutdown
+// begins with STOPPING=1, on which systemd leaves the running state and
+// disarms the watchdog (it is armed only in start-post, running and
+// reload), while the daemon still leads and its units still run until the
+// handoff's stop completes. From then on a daemon that freezes, or a loop
+// that hangs, is bounded by TimeoutStopSec= (90 s in the packaged unit),
+// not by the allowance (3.667 s) the lease span covers: a standby takes
+// over after the span (38.745 s) while the frozen leader's unit runs on.
+// `systemctl stop unitlease` is not affected (the units' BindsTo= and
+// After= stop them first, in the same transaction); a SIGTERM that comes
+// from anything else (kill, systemctl kill, a process supervisor) is.
+//
+// The test keeps the handoff's stop from completing (the stop call hangs)
+// to hold the window open, and checks what systemd would see: STOPPING=1
+// while the unit runs, and no ping after the SIGTERM.
+func TestBreakShutdownDisarmsTheWatchdogWhileTheUnitRuns(t *testing.T) {
+	const interval = 2 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		sd := &hangStop{fakeSystemd: newFakeSystemd(map[string]string{"db.service": "db"}), release: make(chan struct{})}
+		store := newMemStore()
+		tm, _ := testTiming.Resolved()
+		logs := &syncBuffer{}
+		var n notes
+		d := New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(logs, slog.LevelInfo), store, sd, unitctl.Config{}, n.add)
+		d.clock = stillClock()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		d.Reload(ctx)
+		go d.watchdog(ctx, interval)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if !sd.isActive("db.service") {
+			t.Fatalf("not leading after 30s:\n%s", logs)
+		}
+		sd.hang.Store(true)
+		// SIGTERM: what loop does on ctx's end.
+		term := time.Now()
+		cancel()
+		done := make(chan struct{})
+		go func() {
+			d.Shutdown(context.WithoutCancel(ctx))
+			close(done)
+		}()
+		time.Sleep(3 * interval)
+		synctest.Wait()
+		active := sd.isActive("db.service")
+		stopping, _ := n.when("STOPPING=1")
+		_, lastPing := n.when("WATCHDOG=1")
+		close(sd.release)
+		<-done
+		if active && !stopping.IsZero() && !stopping.After(time.Now()) && lastPing.Before(term.Add(interval)) {
+			t.Fatalf("SIGTERM at %v: STOPPING=1 sent %v after it while db.service still runs (lease held, handoff under way); "+
+				"last ping %v before the SIGTERM, none since (the watchdog goroutine ended with ctx): systemd no longer watches the daemon, "+
+				"and a daemon that freezes now is killed only after TimeoutStopSec=, not within the allowance %v",
+				term.Format("15:04:05"), stopping.Sub(term), term.Sub(lastPing), tm.Allowance)
+		}
+	})
+}
+
+// sdEventAccuracy is sd-event's DEFAULT_ACCURACY_USEC: a timer added with
+// accuracy 0, as service_start_watchdog adds the service watchdog's (and
+// the abort timeout's timer is armed the same way), may fire anywhere up
+// to 250 ms after its time, where PID 1 coalesces its wake-ups; the
+// watchdog's runs at SD_EVENT_PRIORITY_IDLE besides ("process everything
+// else which might be a sign of living before we consider a service
+// died").
+const sdEventAccuracy = 250 * time.Millisecond
+
+// Attack: KillAllowance counts systemd's SIGABRT exactly WatchdogSec after
+// the last ping and its SIGKILL exactly TimeoutAbortSec after that. PID 1
+// arms both timers with sd-event's default accuracy, so each may fire up
+// to 250 ms late by design, before any load on PID 1: the kill comes up to
+// 500 ms after what the allowance counts. The frozen case keeps a third of
+// the interval of slack (its last ping is no later than the freeze), which
+// covers it with the packaged 2 s watchdog but not the fast profile's
+// 500 ms; a busy or overdue loop (last ping up to a third after it got
+// stuck) has none. The lease span's only other margin is clock drift (78 ms
+// with the defaults, 6 ms in the fast profile).
+//
+// The test is TestSafeMinimumCoversAStuckLeader with the kill at the end
+// of systemd's timer windows rather than at their start.
+func TestBreakKillAllowanceIgnoresSystemdTimerSlack(t *testing.T) {
+	fast := policy.Timing{Retry: 200 * time.Millisecond, RenewDeadline: 800 * time.Millisecond, StopWait: time.Second,
+		ReplyMax: 150 * time.Millisecond, PollMin: 50 * time.Millisecond, PollMax: 100 * time.Millisecond}
+	var failures []string
+	for _, c := range []struct {
+		name          string
+		t             policy.Timing
+		interval, abt time.Duration
+	}{
+		{"packaged", policy.DefaultTiming(), 2 * time.Second, time.Second},
+		{"fast", fast, 500 * time.Millisecond, 100 * time.Millisecond},
+	} {
+		c.t.Allowance = KillAllowance(c.interval, c.abt)
+		tm, err := c.t.Resolved()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const rho = float64(policy.DriftPPM) / 1e6
+		deadline := tm.Retry + tm.RenewDeadline
+		for _, kind := range []stuckKind{frozen, busy, overdue} {
+			worst := time.Duration(0)
+			for i := range 50 {
+				phase := watchdogCheck(c.interval) * time.Duration(i) / 50
+				// SIGABRT up to the accuracy after WatchdogSec, SIGKILL
+				// up to the accuracy after TimeoutAbortSec.
+				worst = max(worst, lastPing(kind, c.interval, phase, deadline)+c.interval+sdEventAccuracy+c.abt+sdEventAccuracy)
+			}
+			dead := time.Duration(float64(worst+tm.StopWait) * (1 + rho))
+			took := time.Duration(float64(tm.LeaseSpan) * (1 - rho))
+			if dead > took {
+				failures = append(failures, fmt.Sprintf("%s (WatchdogSec %v, TimeoutAbortSec %v, allowance %v, lease span %v), %v at its deadline: "+
+					"killed up to %v after the deadline, the unit dead %v after the renewal, %v after a standby may start",
+					c.name, c.interval, c.abt, tm.Allowance, tm.LeaseSpan, kind, worst-deadline, dead, dead-took))
+			}
+		}
+	}
+	if len(failures) > 0 {
+		t.Fatalf("systemd's watchdog and abort timers fire up to %v late each (sd-event's default accuracy):\n%s",
+			sdEventAccuracy, strings.Join(failures, "\n"))
 	}
 }

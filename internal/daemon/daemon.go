@@ -40,6 +40,7 @@ type Manager interface {
 	Uninstall(ctx context.Context, cfg unitctl.Config, units []string) error
 	Watch(ctx context.Context, units []string, interval time.Duration) <-chan unitctl.Event
 	TimeoutAbort(ctx context.Context, unit string) (time.Duration, error)
+	Watchdog(ctx context.Context, unit string) (time.Duration, error)
 }
 
 var _ Manager = (*unitctl.Systemd)(nil)

@@ -205,3 +205,8 @@ func (f *fakeSystemd) Watch(ctx context.Context, _ []string, _ time.Duration) <-
 func (f *fakeSystemd) TimeoutAbort(context.Context, string) (time.Duration, error) {
 	return 2 * time.Second, nil
 }
+
+// Watchdog is the unit's WatchdogSec=: none set (the environment's counts).
+func (f *fakeSystemd) Watchdog(context.Context, string) (time.Duration, error) {
+	return 0, nil
+}

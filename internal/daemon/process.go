@@ -49,10 +49,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	}
 	interval, allowance, err := watchdogAllowance(ctx, sd, unit)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrSetup, err)
+		return fmt.Errorf("%w: not starting: %w", ErrSetup, err)
 	}
 	if err := cfg.SetAllowance(allowance); err != nil {
-		return fmt.Errorf("%w: %s with WatchdogSec %v: %w", ErrSetup, unit, interval, err)
+		return fmt.Errorf("%w: not starting: %s with WatchdogSec %v: %w", ErrSetup, unit, interval, err)
 	}
 	store, err := redislease.New(cfg.RedisConfig())
 	if err != nil {
@@ -75,7 +75,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 		logging.Event, "daemon_start")
 	d.Reload(ctx)
 	d.notify("READY=1")
-	go d.watchdog(ctx, interval)
+	// The watchdog outlives ctx: a SIGTERM hands the leases off, and a
+	// daemon that hangs while its units still run must still be killed.
+	wctx, stopWatchdog := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatchdog()
+	go d.watchdog(wctx, interval)
 	go d.watchSuspend(ctx) // a resume wakes every lease at once
 	go d.watchSleep(ctx)   // leases are handed off before the machine sleeps
 	return d.loop(ctx, sd, serveErr)
@@ -111,6 +115,11 @@ func (d *Daemon) loop(ctx context.Context, sd *unitctl.Systemd, serveErr <-chan 
 			d.log.Info("SIGHUP: reloading annotations", logging.Event, "reload")
 			d.Reload(ctx)
 		case <-reloads:
+			if err := d.allowanceGrew(ctx); err != nil {
+				d.log.Error(err.Error(), logging.Event, "config_error")
+				d.Shutdown(context.WithoutCancel(ctx))
+				return fmt.Errorf("%w: exiting: %w", ErrSetup, err)
+			}
 			d.log.Info("systemd reloaded: reloading annotations", logging.Event, "reload")
 			d.Reload(ctx)
 		case <-d.again:

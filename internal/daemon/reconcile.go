@@ -370,8 +370,12 @@ func (d *Daemon) waitFor(ctx context.Context, cond func() bool) bool {
 // ends (systemd kills a daemon that does not stop within its
 // TimeoutStopSec=): a failed stop never lets the lease lapse while this
 // daemon lives.
+//
+// It tells systemd STOPPING=1 only at the end: until then the watchdog
+// stays armed, so that a daemon that hangs while handing off, its units
+// still running, is killed and its units stopped through BindsTo=.
 func (d *Daemon) Shutdown(ctx context.Context) {
-	d.notify("STOPPING=1")
+	defer d.notify("STOPPING=1")
 	var wg sync.WaitGroup
 	for _, r := range d.running() {
 		wg.Go(func() {

@@ -260,11 +260,11 @@ func TestReviewWatchdogWakesOverdueLoopsFirst(t *testing.T) {
 		mu.Lock()
 		slept = time.Hour // the machine slept an hour
 		mu.Unlock()
-		if d.mayPing(5 * time.Second) {
+		if ok, _ := d.mayPing(5 * time.Second); ok {
 			t.Fatal("the first tick after an unnoticed resume pings while loops are overdue")
 		}
 		synctest.Wait() // the woken loops step
-		if !d.mayPing(5 * time.Second) {
+		if ok, _ := d.mayPing(5 * time.Second); !ok {
 			t.Fatal("the loops stepped once woken, yet the next tick withholds the ping")
 		}
 	})

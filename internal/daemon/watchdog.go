@@ -15,21 +15,23 @@ import (
 	"github.com/unitlease/unitlease/policy"
 )
 
-// watchdog sends WATCHDOG=1 every third of the watchdog interval while
-// no supervisor's loop has been busy with one event for more than a
-// third of it, nor has left its wake-up unheeded that long: a loop that
-// hangs, or a daemon that does not act on its deadlines, lets systemd
-// kill the daemon, and BindsTo= then stops the units (rule 6). The
-// first tick that finds a loop overdue wakes every loop and withholds
-// its ping; if the loops stepped by the next tick, that one pings, two
-// thirds of the interval after the last, in time. It reads each loop's
-// state and wakes none of them unless one is overdue. KillAllowance is
-// what this costs.
+// watchdog sends WATCHDOG=1 every third of the watchdog interval (the
+// check) while no supervisor's loop has been busy with one event for more
+// than half the check, nor has left its wake-up unheeded that long, and
+// only if the ping goes out within half the check of that verdict: a
+// loop that hangs, or a daemon that does not act on its deadlines, has
+// its last ping at most a check later, lets systemd kill the daemon, and
+// BindsTo= then stops the units. The first tick that finds a loop
+// overdue wakes every loop and withholds its ping; if the loops stepped
+// by the next tick, that one pings, two checks after the last, in time.
+// It reads each loop's state and wakes none of them unless one is
+// overdue. KillAllowance is what this costs.
 func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		return
 	}
-	t := time.NewTicker(watchdogCheck(interval))
+	check := watchdogCheck(interval)
+	t := time.NewTicker(check)
 	defer t.Stop()
 	for tick := 0; ; tick++ {
 		select {
@@ -37,7 +39,13 @@ func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if !d.mayPing(watchdogCheck(interval)) {
+		ok, at := d.mayPing(check / 2)
+		if !ok {
+			continue
+		}
+		if late := d.clock().Sub(at); late > check/2 {
+			// The verdict is stale: a loop may have hung since.
+			d.log.Warn("the watchdog's check is "+late.String()+" old: withholding its ping", logging.Event, "watchdog")
 			continue
 		}
 		d.notify("WATCHDOG=1")
@@ -47,24 +55,33 @@ func (d *Daemon) watchdog(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// watchdogCheck is the watchdog's tick and how long a loop may be busy
-// with one event, or overdue, before the daemon withholds its ping: a
-// third of the interval.
+// watchdogCheck is the watchdog's tick, a third of the interval: half of
+// it is how long a loop may be busy with one event, or overdue, before
+// the daemon withholds its ping, and half how old that verdict may be when
+// the ping goes out.
 func watchdogCheck(interval time.Duration) time.Duration { return interval / 3 }
 
 // KillAllowance is how late a daemon with watchdog interval WatchdogSec
 // and TimeoutAbortSec abort may act on a deadline before systemd has
 // killed it: a loop stuck at the deadline (or the whole daemon frozen
-// there) has its last ping at most a third of the interval later, systemd
-// sends SIGABRT the interval after that ping and SIGKILL abort later; then
+// there) has its last ping at most a third of the interval later (half of
+// it to be found stuck, half for the verdict to reach the ping), systemd
+// sends SIGABRT the interval after that ping and SIGKILL abort later (each
+// up to SystemdTimerSlack late); then
 // BindsTo= stops the units. A live daemon is never later than this either:
 // a timer later than a third of the interval is woken by the watchdog's
 // tick, and is killed if that does not move it. The lease span covers it
 // (policy.Timing.Allowance).
 func KillAllowance(watchdog, abort time.Duration) time.Duration {
 	third := ((watchdog+2)/3 + time.Millisecond - 1).Truncate(time.Millisecond) // at least the check, whole ms
-	return watchdog + third + abort
+	return watchdog + third + abort + 2*SystemdTimerSlack
 }
+
+// SystemdTimerSlack is how late systemd's own timers may fire: it arms
+// the watchdog's and the abort's with its event loop's default accuracy,
+// 250 ms, so each may come that much after its time. KillAllowance
+// counts it twice.
+const SystemdTimerSlack = 250 * time.Millisecond
 
 // updateStatus sends STATUS= when the summary changed. It also hands
 // free heap memory back to the kernel, rather than over the scavenger's
@@ -100,9 +117,10 @@ func heapFree() uint64 {
 
 // mayPing decides a watchdog tick (see pingVerdict) and wakes every
 // loop when one is newly overdue: its timer did not fire, most often
-// after a resume the suspend check has not seen yet.
-func (d *Daemon) mayPing(within time.Duration) bool {
-	busy, overdue := d.stuck(within)
+// after a resume the suspend check has not seen yet. at is when the
+// loops were read.
+func (d *Daemon) mayPing(within time.Duration) (ok bool, at policy.Instant) {
+	busy, overdue, at := d.stuck(within)
 	ping, wake := pingVerdict(busy, overdue, d.lastOverdue)
 	d.lastOverdue = overdue
 	switch {
@@ -115,7 +133,7 @@ func (d *Daemon) mayPing(within time.Duration) bool {
 	case !ping:
 		d.log.Error("a lease loop has not acted on its wake-up for more than "+within.String()+", even when woken: withholding the watchdog ping", logging.Event, "watchdog")
 	}
-	return ping
+	return ping, at
 }
 
 // pingVerdict is a watchdog tick's decision: ping only when no loop is
@@ -128,15 +146,15 @@ func pingVerdict(busy, overdue, lastOverdue bool) (ping, wake bool) {
 
 // stuck reports whether some supervisor's loop is busy with one event,
 // and whether some supervisor is overdue, by more than within.
-func (d *Daemon) stuck(within time.Duration) (busy, overdue bool) {
-	now := d.clock()
+func (d *Daemon) stuck(within time.Duration) (busy, overdue bool, now policy.Instant) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	now = d.clock() // after the lock: a verdict is as old as its reading
 	for _, r := range d.sups {
 		busy = busy || r.sup.Busy(now, within)
 		overdue = overdue || r.sup.Overdue(now, within)
 	}
-	return busy, overdue
+	return busy, overdue, now
 }
 
 // ErrNoWatchdog is returned by Run when the daemon runs without a
@@ -144,10 +162,12 @@ func (d *Daemon) stuck(within time.Duration) (busy, overdue bool) {
 // stops its units.
 var ErrNoWatchdog = errors.New("no watchdog")
 
-// watchdogAllowance reads the watchdog interval systemd enforces on this
-// daemon and its unit's TimeoutAbortSec=, and returns the interval and
-// the allowance they give (KillAllowance). It refuses a daemon with no
-// watchdog, or with an abort timeout of infinity.
+// watchdogAllowance reads the watchdog interval systemd gave this daemon
+// (WATCHDOG_USEC), and its unit's WatchdogSec= and TimeoutAbortSec= as
+// systemd has them loaded, and returns the interval to ping within and
+// the allowance (KillAllowance) of the longer of the two intervals:
+// systemd may kill the daemon that much later. It refuses a daemon with
+// no watchdog, or with an abort timeout of infinity.
 func watchdogAllowance(ctx context.Context, sd Manager, unit string) (interval, allowance time.Duration, err error) {
 	interval, err = sdaemon.SdWatchdogEnabled(false)
 	if err != nil {
@@ -156,14 +176,32 @@ func watchdogAllowance(ctx context.Context, sd Manager, unit string) (interval, 
 	if interval <= 0 {
 		return 0, 0, fmt.Errorf("%s: %w: set WatchdogSec= in its [Service] section (the packaged unit sets 2s), or nothing bounds how late a daemon that hangs stops its units", unit, ErrNoWatchdog)
 	}
+	loaded, err := sd.Watchdog(ctx, unit)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: reading WatchdogSec=: %w", unit, err)
+	}
 	abort, err := sd.TimeoutAbort(ctx, unit)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: reading TimeoutAbortSec=: %w", unit, err)
 	}
-	if err := CheckAllowance(interval, abort); err != nil {
+	longest := max(interval, loaded)
+	if err := CheckAllowance(longest, abort); err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", unit, err)
 	}
-	return interval, KillAllowance(interval, abort), nil
+	return interval, KillAllowance(longest, abort), nil
+}
+
+// allowanceGrew reads the daemon unit's watchdog settings again (systemd
+// reloaded: a drop-in may have changed them) and returns an error when
+// they now let systemd kill a hung daemon later than the lease span in
+// force allows for. A setting that could not be read changes nothing.
+func (d *Daemon) allowanceGrew(ctx context.Context) error {
+	_, allowance, err := watchdogAllowance(ctx, d.sd, d.daemonUnit())
+	if err != nil || allowance <= d.cfg.Timing.Allowance {
+		return nil
+	}
+	return fmt.Errorf("%s: its WatchdogSec= or TimeoutAbortSec= changed under the running daemon: a hung daemon may now be killed %v after its deadline, and the lease span %v allows for %v; handing every lease off and exiting, so that systemd restarts the daemon with them",
+		d.daemonUnit(), allowance, d.cfg.Timing.LeaseSpan, d.cfg.Timing.Allowance)
 }
 
 // CheckAllowance refuses a watchdog or an abort timeout over

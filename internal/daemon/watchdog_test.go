@@ -26,8 +26,11 @@ func (k stuckKind) String() string { return [...]string{"frozen", "busy", "overd
 // lastPing simulates the watchdog's ticks, every watchdogCheck(interval)
 // from phase on, with a daemon that stops acting at stuck (a loop busy
 // since then, or due then and never stepping, or the process frozen
-// then), and returns the last tick that pinged. Ticks before stuck ping
-// (the daemon is fine); the simulation ends a few intervals later.
+// then), and returns when the last ping reached systemd. Each verdict
+// looks for loops stuck more than half the check, and its ping goes out
+// as late as the watchdog lets it, half the check later (a frozen process
+// sends nothing after it froze, and finds its verdict stale when thawed).
+// Ticks before stuck ping; the simulation ends a few intervals later.
 func lastPing(kind stuckKind, interval, phase, stuck time.Duration) time.Duration {
 	check := watchdogCheck(interval)
 	last, lastOverdue := time.Duration(-1), false
@@ -35,12 +38,13 @@ func lastPing(kind stuckKind, interval, phase, stuck time.Duration) time.Duratio
 		if kind == frozen && t > stuck {
 			break
 		}
-		isBusy := kind == busy && t > stuck && t-stuck > check
-		isOverdue := kind == overdue && t > stuck && t-stuck > check
+		isBusy := kind == busy && t > stuck && t-stuck > check/2
+		isOverdue := kind == overdue && t > stuck && t-stuck > check/2
 		ping, _ := pingVerdict(isBusy, isOverdue, lastOverdue)
 		lastOverdue = isOverdue
-		if ping {
-			last = t
+		sent := t + check/2
+		if ping && (kind != frozen || sent <= stuck) {
+			last = sent
 		}
 	}
 	return last

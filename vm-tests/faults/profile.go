@@ -21,17 +21,18 @@ type profile struct {
 // without a warning. stop_wait may not go below 1 s (unitctl.MinStopWait:
 // room for SIGTERM, then SIGKILL). The lease span covers how late a daemon
 // may act before its watchdog has it killed: WatchdogSec + a third of it
-// + TimeoutAbortSec (daemon.KillAllowance). The profile's drop-in sets
-// WatchdogSec=500ms and TimeoutAbortSec=100ms (the SIGABRT goroutine dump
-// gets less time to reach the journal): an allowance of 767 ms, and a
-// lease span of 2.773 s. A standby polls every 50 to 100 ms: after a crash
-// it may see the last renewal up to poll_max late and then notice the
-// lease span is over up to poll_max late again, so the worst crash gap is
-// lease span + 2·poll_max + start, which a short poll keeps within 5% of
-// lease span + poll_max + start.
+// + TimeoutAbortSec + twice systemd's 250 ms timer slack
+// (daemon.KillAllowance). The profile's drop-in sets WatchdogSec=450ms and
+// TimeoutAbortSec=100ms (the SIGABRT goroutine dump gets less time to
+// reach the journal): an allowance of 1.2 s, and a lease span of 3.007 s.
+// A standby polls every 50 to 100 ms: after a crash it may see the last
+// renewal up to poll_max late and then notice the lease span is over up to
+// poll_max late again, so the worst crash gap is lease span + 2·poll_max +
+// start, which a short poll keeps within 5% of lease span + poll_max +
+// start.
 var fastTiming = policy.Timing{
 	Retry:         200 * time.Millisecond,
-	RenewDeadline: 800 * time.Millisecond,
+	RenewDeadline: 600 * time.Millisecond,
 	StopWait:      time.Second,
 	ReplyMax:      150 * time.Millisecond,
 	PollMin:       50 * time.Millisecond,
@@ -41,7 +42,7 @@ var fastTiming = policy.Timing{
 
 // The fast profile's watchdog of unitlease.service.
 const (
-	fastWatchdog = 500 * time.Millisecond
+	fastWatchdog = 450 * time.Millisecond
 	fastAbort    = 100 * time.Millisecond
 )
 
