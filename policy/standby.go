@@ -64,10 +64,14 @@ func (m *Machine) observeFailed() {
 
 // acquired: the node holds the lease from the acquire's send. Over a
 // missing key it confirms first (see confirmWait); otherwise it starts.
-// A record of another lease (Record.Other) is present even where the
-// lease's own key was missing: the confirm wait guards against a missing
-// key seen again after a record came and went unseen, and the other
-// lease's record, with its own token and version, never comes back.
+// Over another lease's record of one of its units (Record.Other) it
+// confirms too: the lease's own key may have been missing, and a standby
+// whose annotation names other units (or none of the other lease's) ages
+// that missing key, not what this node saw; should Redis lose this
+// node's record, it would age on across it. Confirming lets every such
+// standby read the record first. So does an acquisition that claimed a
+// missing unit key (Record.Fresh): a standby of another lease naming
+// that unit ages the same missing key.
 func (m *Machine) acquired(r Record, o *Output) {
 	if !m.answer(Acquire) {
 		return
@@ -77,9 +81,10 @@ func (m *Machine) acquired(r Record, o *Output) {
 		return
 	}
 	m.holding, m.held, m.anchor, m.attempts = true, r, m.reqAt, 0
+	m.held.Fresh = false
 	o.note(JournalAcquired)
 	m.state = Starting
-	if !m.seen.Present {
+	if !m.seen.Present || m.seen.Other != nil || r.Fresh {
 		m.state, m.confirmAt = Confirming, m.now.Add(m.t.confirmWait())
 	}
 	if m.ineligible { // sent before the node became ineligible: give it back

@@ -68,6 +68,10 @@ type Record struct {
 	// that the records the machine copies on every step stay small; what
 	// it points to is never changed once made.
 	Other *OtherLease
+	// Fresh: the acquisition that wrote this record claimed a unit key
+	// that was missing, which a data loss could make missing again: the
+	// node confirms before it starts, as over a missing lease key.
+	Fresh bool
 }
 
 // OtherLease names another lease whose live record names Unit, one of
@@ -75,6 +79,11 @@ type Record struct {
 type OtherLease struct {
 	Lease string
 	Unit  string
+	// Released: that record is released, and every other lease's record
+	// the observation read too (a live one is named first). A standby
+	// still ages it for the lease span: it stands for the unit key's
+	// value, which a data loss could turn into a missing key.
+	Released bool
 }
 
 // Absent is the record of a missing key.
@@ -97,7 +106,11 @@ func (r Record) String() string {
 	case !r.Present:
 		return "missing"
 	case r.Other != nil:
-		return fmt.Sprintf("%s held under lease %s by %s at version %d", r.Other.Unit, r.Other.Lease, r.Holder, r.Version)
+		how := "held"
+		if r.Other.Released {
+			how = "released"
+		}
+		return fmt.Sprintf("%s %s under lease %s by %s at version %d", r.Other.Unit, how, r.Other.Lease, r.Holder, r.Version)
 	case r.Released:
 		return fmt.Sprintf("released by %s at version %d", r.Holder, r.Version)
 	}

@@ -49,7 +49,17 @@ func TestStandbyAgesAnotherLeasesRecordOfItsUnit(t *testing.T) {
 	if got := d.now.Sub(last); got < longer {
 		t.Fatalf("acquired %v after the other lease's last change, want at least %v", got, longer)
 	}
-	d.after(10*time.Millisecond, with(AcquireOK, held("a", 1))).want(Starting, StartUnit).journal(JournalAcquired)
+	// Over another lease's record it confirms first, as over a missing
+	// key: a standby with other units may be aging this lease's missing
+	// key, and must read the new record before the unit starts.
+	d.after(10*time.Millisecond, with(AcquireOK, held("a", 1))).want(Confirming).journal(JournalAcquired)
+	for d.m.State() == Confirming {
+		d.wake()
+		if d.has(Renew) {
+			d.after(10*time.Millisecond, with(RenewOK, held("a", 2)))
+		}
+	}
+	d.want(Starting, StartUnit)
 }
 
 // An acquisition the store refused (the other lease's record changed, or
@@ -81,4 +91,19 @@ func TestAnotherLeasesRecordNeverExtendsOurs(t *testing.T) {
 	if r.Extends(mine) {
 		t.Fatal("a record marked with another lease extends this node's own")
 	}
+}
+
+// An acquisition that claimed a missing unit key confirms before it
+// starts, as over a missing lease key: a standby of another lease naming
+// that unit ages the same missing key, and a data loss would make it
+// missing again. One that claimed nothing missing starts at once.
+func TestFreshAcquisitionConfirms(t *testing.T) {
+	d := booted(t, DefaultTiming())
+	d.at(0, seen(released("b", 1))).want(Acquiring, Acquire)
+	r := held("a", 2)
+	r.Fresh = true
+	d.after(10*time.Millisecond, with(AcquireOK, r)).want(Confirming).journal(JournalAcquired)
+	d = booted(t, DefaultTiming())
+	d.at(0, seen(released("b", 1))).want(Acquiring, Acquire)
+	d.after(10*time.Millisecond, with(AcquireOK, held("a", 2))).want(Starting, StartUnit)
 }

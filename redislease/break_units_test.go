@@ -63,9 +63,9 @@ func TestBreakUnitMovesBackAndForth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldB := observeUnits(t, b, "B", dbUnit) // B missing, db.service released by A: missing
-	if oldB.Present {
-		t.Fatalf("B observes %+v, want missing", oldB)
+	oldB := observeUnits(t, b, "B", dbUnit) // B missing, db.service released by A
+	if oldB.Other == nil || !oldB.Other.Released {
+		t.Fatalf("B observes %+v, want A's released record of db.service", oldB)
 	}
 	lb, err := b.AcquireUnits(bg, "B", dbUnit, oldB)
 	if err != nil {
@@ -130,8 +130,8 @@ func TestBreakStaleOwnKeyAndUnitElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	o = observeUnits(t, b, "B", units)
-	if o.Other != nil || !o.Same(stale) {
-		t.Fatalf("after A's release B observes %+v, want node-d's stale record", o)
+	if own, _, ok := parseComposite(o.Raw); o.Other == nil || !o.Other.Released || !ok || !own.Same(stale) {
+		t.Fatalf("after A's release B observes %+v, want node-d's stale record with A's released record of db.service", o)
 	}
 	lb, err := b.AcquireUnits(bg, "B", units, o)
 	if err != nil || lb.Version <= stale.Version {

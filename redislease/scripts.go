@@ -111,12 +111,25 @@ if cur then
   if rec.state == 'stop_failed' then return {'conflict', cur} end
   if rec.version > version then version = rec.version end
 end
+-- Each unit key must hold exactly what the caller saw of another lease
+-- there (its record in any state), or nothing of another lease. A
+-- missing one makes the acquisition fresh: it could come back missing
+-- after a data loss, so the caller confirms before it starts.
+local fresh = false
 for i = 2, #KEYS do
-  local v, reply = live(i, 9)
-  if not v then return reply end
-  if v ~= ARGV[8 + i] or v ~= '' and unitrec(v).state == 'stop_failed' then
-    return {'claimed', KEYS[i], redis.call('GET', KEYS[i])}
+  local v = redis.call('GET', KEYS[i])
+  local other = ''
+  if v then
+    local u = unitrec(v)
+    if not u then return {'garbage', v, KEYS[i]} end
+    if u.lease ~= ARGV[9] then
+      other = v
+      if u.state == 'stop_failed' then return {'claimed', KEYS[i], v} end
+    end
+  else
+    fresh = true
   end
+  if other ~= ARGV[8 + i] then return {'claimed', KEYS[i], v} end
 end
 local new = record(ARGV[3], version + 1, ARGV[4], 'held', ARGV[8])
 redis.call('SET', KEYS[1], new, 'PX', ARGV[6])
@@ -124,6 +137,7 @@ for i = 2, #KEYS do
   redis.call('SET', KEYS[i], unitvalue(ARGV[9], new), 'PX', ARGV[6])
 end
 redis.call('PUBLISH', ARGV[7], new)
+if fresh then return {'ok', new, 'fresh'} end
 return {'ok', new}
 `)
 

@@ -228,7 +228,13 @@ func (s *Store) AcquireUnits(ctx context.Context, name string, units []string, s
 	if err != nil {
 		return policy.Record{}, err
 	}
-	return s.reply(name, reply, expected)
+	fresh := len(reply) == 3 && reply[0] == "ok" && reply[2] == "fresh"
+	if fresh {
+		reply = reply[:2]
+	}
+	rec, err := s.reply(name, reply, expected)
+	rec.Fresh = fresh && err == nil
+	return rec, err
 }
 
 // leaseArg is the lease's name as the scripts write it into unit keys;

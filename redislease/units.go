@@ -173,8 +173,14 @@ func (c composite) record(foreign []policy.Record) policy.Record {
 		stopFailed = stopFailed || foreign[i].StopFailed
 	}
 	f := foreign[0]
+	other := f.Other
+	if f.Released {
+		o := *f.Other
+		o.Released = true
+		other = &o
+	}
 	return policy.Record{Present: true, Raw: b.String(), Holder: f.Holder, Version: f.Version,
-		LeaseSpan: span, StopFailed: stopFailed, Other: f.Other}
+		LeaseSpan: span, StopFailed: stopFailed, Other: other}
 }
 
 // parseComposite reads back a composite's Raw: the lease key's value, and
@@ -255,9 +261,18 @@ func (s *Store) observeUnits(ctx context.Context, name string, units []string) (
 		if err != nil {
 			return r, err
 		}
-		if r.Other.Lease != name && !r.Released {
+		// Another lease's record, released too: what a standby ages must
+		// change when it does (a released record claimed by its own
+		// lease, then lost with Redis's data, would otherwise look like
+		// the missing key aged before). Live ones first: the mark names one.
+		if r.Other.Lease != name {
 			c.units, c.vals = append(c.units, u), append(c.vals, raw)
 			foreign = append(foreign, r)
+			if n := len(foreign) - 1; !r.Released && foreign[0].Released {
+				c.units[0], c.units[n] = c.units[n], c.units[0]
+				c.vals[0], c.vals[n] = c.vals[n], c.vals[0]
+				foreign[0], foreign[n] = foreign[n], foreign[0]
+			}
 		}
 	}
 	if len(foreign) == 0 {

@@ -177,8 +177,12 @@ func TestReleasedUnitNoLongerKeepsOut(t *testing.T) {
 	if !errors.As(err, &claimed) || !claimed.Current.Released || !strings.Contains(err.Error(), "now released under lease A") {
 		t.Fatalf("acquire over A's record after its release: %v", err)
 	}
-	if o := observeUnits(t, b, "B", dbUnit); o.Present {
-		t.Fatalf("B observes %+v after A's release, want its own missing key", o)
+	// B now observes A's released record of db.service: its value is
+	// what B ages (a data loss that turns it into a missing key must
+	// start B's age over), and B acquires over it like over any other.
+	o = observeUnits(t, b, "B", dbUnit)
+	if o.Other == nil || !o.Other.Released || o.Other.Lease != "A" || o.Released {
+		t.Fatalf("B observes %+v after A's release, want A's released record of db.service, aged", o)
 	}
 	// A unit key gone since it was observed: refused too.
 	saved := unitKey(srv, "db.service")
@@ -347,9 +351,9 @@ func TestUnitRecordRuleIsTheScripts(t *testing.T) {
 		_, goErr := DecodeUnit("k", "u.service", v)
 		unit := "u" + string(rune('a'+i)) + ".service"
 		srv.Command("SET", "unitlease:unit:"+unit, v)
-		// Missing B, and no other lease's record seen: a valid unit record
-		// of A that is released is written over; garbage is refused.
-		_, err := b.run(bg, acquireScript, "B"+unit, []string{unit}, "", "1", "node-b", goodToken, 0, 60000, "c", 37000, "B", "")
+		// Missing B, and the unit key's value seen: a valid unit record of
+		// A that is released is written over; garbage is refused.
+		_, err := b.run(bg, acquireScript, "B"+unit, []string{unit}, "", "1", "node-b", goodToken, 0, 60000, "c", 37000, "B", v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -461,4 +465,30 @@ func otherOf(r policy.Record) policy.OtherLease {
 		return policy.OtherLease{}
 	}
 	return *r.Other
+}
+
+// An acquisition reports whether it claimed a missing unit key (Fresh):
+// over a lease whose record another node wrote with other units, yes;
+// over this lease's released record, whose unit keys mirror it, no.
+func TestAcquisitionSaysWhenItClaimedAMissingUnitKey(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
+	la := acquireUnits(t, a, "B", dbUnit)
+	rel, err := a.ReleaseUnits(bg, "B", dbUnit, la)
+	if err != nil {
+		t.Fatal(err)
+	}
+	units := []string{"db.service", "web.service"} // web.service's key is missing
+	lb, err := b.AcquireUnits(bg, "B", units, observeUnits(t, b, "B", units))
+	if err != nil || !lb.Fresh {
+		t.Fatalf("acquire over %v claiming web.service's missing key: %+v %v, want Fresh", rel, lb, err)
+	}
+	rel, err = b.ReleaseUnits(bg, "B", units, lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, err = a.AcquireUnits(bg, "B", units, observeUnits(t, a, "B", units))
+	if err != nil || la.Fresh {
+		t.Fatalf("acquire over %v, every unit key mirroring it: %+v %v, want not Fresh", rel, la, err)
+	}
 }

@@ -107,11 +107,15 @@ func (s *Supervisor) reportGarbage(err error) {
 // reportElsewhere journals a change in whether one of the lease's units
 // is held under another lease, by the observations that say so: the
 // standby does not acquire while it is, and ages that lease's record
-// instead. Once per unit and lease, and once when it ends.
+// instead. Once per unit, lease and whether that record is released, and
+// once when it ends.
 func (s *Supervisor) reportElsewhere(rec policy.Record) {
 	key := ""
 	if o := rec.Other; o != nil {
 		key = o.Unit + "\x00" + o.Lease
+		if o.Released {
+			key += "\x00released"
+		}
 	}
 	if key == s.elsewhere {
 		return
@@ -119,12 +123,18 @@ func (s *Supervisor) reportElsewhere(rec policy.Record) {
 	prev := s.elsewhere
 	s.elsewhere = key
 	if o := rec.Other; o != nil {
-		s.logger().Warn(fmt.Sprintf("%s: held under lease %s by %s at version %d; lease %s is not acquired until that record is released or stays unchanged for the lease span",
-			o.Unit, o.Lease, rec.Holder, rec.Version, s.Lease),
+		msg := fmt.Sprintf("%s: held under lease %s by %s at version %d; lease %s is not acquired until that record is released or stays unchanged for the lease span",
+			o.Unit, o.Lease, rec.Holder, rec.Version, s.Lease)
+		if o.Released {
+			msg = fmt.Sprintf("%s: released under lease %s by %s at version %d; lease %s is acquired once that record stays unchanged for the lease span",
+				o.Unit, o.Lease, rec.Holder, rec.Version, s.Lease)
+		}
+		s.logger().Warn(msg,
 			logging.Event, eventElsewhere, logging.Unit, o.Unit, otherLease, o.Lease, logging.Holder, rec.Holder, logging.Version, rec.Version)
 		return
 	}
 	unit, lease, _ := strings.Cut(prev, "\x00")
+	lease, _, _ = strings.Cut(lease, "\x00")
 	s.logger().Info(fmt.Sprintf("%s: no longer held under lease %s", unit, lease),
 		logging.Event, eventElsewhere, logging.Unit, unit, otherLease, lease)
 }
