@@ -198,7 +198,9 @@ func (e *env) open(sc scenario) (*session, error) {
 		logf("the daemon reports lease span %v, policy derives %v: using the daemon's", span, s.b.leaseSpan)
 		s.b.leaseSpan = span
 	}
-	e.leaseSpan = s.b.leaseSpan
+	if sc.stopWait == 0 { // the profile's own timing
+		e.leaseSpan = s.b.leaseSpan
+	}
 	s.lastStart = monotonic()
 	return s, nil
 }
