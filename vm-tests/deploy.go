@@ -13,7 +13,7 @@ import (
 )
 
 // FastTiming is the timing profile of the tests and the demo: the lease
-// span comes to about 8.7 s with the packaged watchdog, so a failover
+// span comes to 9.186 s with the packaged watchdog, so a failover
 // takes seconds.
 const FastTiming = `[timing]
 retry = "1s"
