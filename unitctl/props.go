@@ -194,6 +194,38 @@ func (s *Systemd) TimeoutAbort(ctx context.Context, unit string) (time.Duration,
 	return s.serviceDuration(ctx, unit, "TimeoutAbortUSec")
 }
 
+// ServiceWatchdogs reads the manager's ServiceWatchdogs property: false
+// after `systemctl service-watchdogs no` (or systemd.service_watchdogs=0),
+// when systemd ignores every service's watchdog timeout.
+func (s *Systemd) ServiceWatchdogs(ctx context.Context) (bool, error) {
+	var on bool
+	err := s.with(ctx, func(c *sd.Conn) error {
+		bus, err := s.busOf(c)
+		if err != nil {
+			return err
+		}
+		systemd := bus.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
+		call := systemd.CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, "org.freedesktop.systemd1.Manager", "ServiceWatchdogs")
+		if call.Err != nil {
+			return call.Err
+		}
+		var v dbus.Variant
+		if err := call.Store(&v); err != nil {
+			return err
+		}
+		b, ok := v.Value().(bool)
+		if !ok {
+			return fmt.Errorf("ServiceWatchdogs is %v", v)
+		}
+		on = b
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("unitctl: read the manager's ServiceWatchdogs: %w", err)
+	}
+	return on, nil
+}
+
 // Watchdog reads a service's WatchdogSec= (0: none).
 func (s *Systemd) Watchdog(ctx context.Context, unit string) (time.Duration, error) {
 	return s.serviceDuration(ctx, unit, "WatchdogUSec")

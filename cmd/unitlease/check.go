@@ -223,7 +223,14 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 		return true
 	}
 	defer sd.Close()
-	wd, err := sd.Watchdog(ctx, unit)
+	on, err := sd.ServiceWatchdogs(ctx)
+	if err == nil && !on {
+		err = fmt.Errorf("systemd ignores every service's watchdog (systemctl service-watchdogs no): %w is enforced, and run refuses to start; run systemctl service-watchdogs yes", daemon.ErrNoWatchdog)
+	}
+	var wd time.Duration
+	if err == nil {
+		wd, err = sd.Watchdog(ctx, unit)
+	}
 	if err == nil && wd == 0 {
 		err = fmt.Errorf("%w (or the unit is not installed): run refuses to start; the packaged unit sets WatchdogSec=2s", daemon.ErrNoWatchdog)
 	}

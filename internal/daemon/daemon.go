@@ -41,6 +41,7 @@ type Manager interface {
 	Watch(ctx context.Context, units []string, interval time.Duration) <-chan unitctl.Event
 	TimeoutAbort(ctx context.Context, unit string) (time.Duration, error)
 	Watchdog(ctx context.Context, unit string) (time.Duration, error)
+	ServiceWatchdogs(ctx context.Context) (bool, error)
 }
 
 var _ Manager = (*unitctl.Systemd)(nil)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/unitlease/unitlease/policy"
@@ -118,6 +119,8 @@ type fakeSystemd struct {
 	refused     map[string]bool // Validate refuses
 	validated   int             // Validate calls
 	uninstalled []string
+
+	watchdogsOff atomic.Bool // systemctl service-watchdogs no
 }
 
 func newFakeSystemd(annotated map[string]string) *fakeSystemd {
@@ -204,6 +207,12 @@ func (f *fakeSystemd) Watch(ctx context.Context, _ []string, _ time.Duration) <-
 
 func (f *fakeSystemd) TimeoutAbort(context.Context, string) (time.Duration, error) {
 	return 2 * time.Second, nil
+}
+
+// ServiceWatchdogs: systemd enforces service watchdogs, unless a test
+// turned them off.
+func (f *fakeSystemd) ServiceWatchdogs(context.Context) (bool, error) {
+	return !f.watchdogsOff.Load(), nil
 }
 
 // Watchdog is the unit's WatchdogSec=: none set (the environment's counts).

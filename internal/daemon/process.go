@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	sdaemon "github.com/coreos/go-systemd/v22/daemon"
 
@@ -85,6 +86,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	return d.loop(ctx, sd, serveErr)
 }
 
+// exitFor hands every lease off and returns the error Run exits with
+// when the watchdog's settings no longer bound a hung daemon as the
+// lease span in force needs.
+func (d *Daemon) exitFor(ctx context.Context, err error) error {
+	d.log.Error(err.Error(), logging.Event, "config_error")
+	d.Shutdown(context.WithoutCancel(ctx))
+	return fmt.Errorf("%w: exiting: %w", ErrSetup, err)
+}
+
+// WatchdogRecheck is how often the daemon reads its watchdog's settings
+// again between systemd's reloads.
+const WatchdogRecheck = 30 * time.Second
+
 // ErrSetup is wrapped by the errors of Run that a setting causes (the
 // daemon's unit, or the configuration against it), not a failure.
 var ErrSetup = errors.New("setup")
@@ -97,6 +111,9 @@ func (d *Daemon) loop(ctx context.Context, sd *unitctl.Systemd, serveErr <-chan 
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	reloads := sd.Reloads(ctx)
+	// `systemctl service-watchdogs no` is no reload: look every so often.
+	recheck := time.NewTicker(WatchdogRecheck)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -114,11 +131,13 @@ func (d *Daemon) loop(ctx context.Context, sd *unitctl.Systemd, serveErr <-chan 
 		case <-hup:
 			d.log.Info("SIGHUP: reloading annotations", logging.Event, "reload")
 			d.Reload(ctx)
+		case <-recheck.C:
+			if err := d.allowanceGrew(ctx); err != nil {
+				return d.exitFor(ctx, err)
+			}
 		case <-reloads:
 			if err := d.allowanceGrew(ctx); err != nil {
-				d.log.Error(err.Error(), logging.Event, "config_error")
-				d.Shutdown(context.WithoutCancel(ctx))
-				return fmt.Errorf("%w: exiting: %w", ErrSetup, err)
+				return d.exitFor(ctx, err)
 			}
 			d.log.Info("systemd reloaded: reloading annotations", logging.Event, "reload")
 			d.Reload(ctx)

@@ -176,6 +176,9 @@ func watchdogAllowance(ctx context.Context, sd Manager, unit string) (interval, 
 	if interval <= 0 {
 		return 0, 0, fmt.Errorf("%s: %w: set WatchdogSec= in its [Service] section (the packaged unit sets 2s), or nothing bounds how late a daemon that hangs stops its units", unit, ErrNoWatchdog)
 	}
+	if err := watchdogsEnforced(ctx, sd); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", unit, err)
+	}
 	loaded, err := sd.Watchdog(ctx, unit)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: reading WatchdogSec=: %w", unit, err)
@@ -191,12 +194,29 @@ func watchdogAllowance(ctx context.Context, sd Manager, unit string) (interval, 
 	return interval, KillAllowance(longest, abort), nil
 }
 
+// watchdogsEnforced refuses a systemd that ignores service watchdogs
+// (`systemctl service-watchdogs no`): it would never kill a hung daemon.
+func watchdogsEnforced(ctx context.Context, sd Manager) error {
+	on, err := sd.ServiceWatchdogs(ctx)
+	switch {
+	case err != nil:
+		return err
+	case !on:
+		return fmt.Errorf("%w enforced: systemd ignores every service's watchdog (systemctl service-watchdogs no), so nothing bounds how late a daemon that hangs stops its units; run systemctl service-watchdogs yes", ErrNoWatchdog)
+	}
+	return nil
+}
+
 // allowanceGrew reads the daemon unit's watchdog settings again (systemd
-// reloaded: a drop-in may have changed them) and returns an error when
-// they now let systemd kill a hung daemon later than the lease span in
-// force allows for. A setting that could not be read changes nothing.
+// reloaded: a drop-in may have changed them; or the watchdog's check
+// found service watchdogs turned off) and returns an error when they now
+// let systemd kill a hung daemon later than the lease span in force
+// allows for, or never. A setting that could not be read changes nothing.
 func (d *Daemon) allowanceGrew(ctx context.Context) error {
 	_, allowance, err := watchdogAllowance(ctx, d.sd, d.daemonUnit())
+	if errors.Is(err, ErrNoWatchdog) {
+		return fmt.Errorf("%w; handing every lease off and exiting", err)
+	}
 	if err != nil || allowance <= d.cfg.Timing.Allowance {
 		return nil
 	}

@@ -159,4 +159,31 @@ func TestRunRefusesNoWatchdog(t *testing.T) {
 	if err := CheckAllowance(time.Second, math.MaxInt64); err == nil {
 		t.Fatal("TimeoutAbortSec=infinity accepted")
 	}
+	// systemctl service-watchdogs no: no watchdog is enforced at all.
+	sd.watchdogsOff.Store(true)
+	if _, _, err := watchdogAllowance(context.Background(), sd, "unitlease.service"); !errors.Is(err, ErrNoWatchdog) {
+		t.Fatalf("service watchdogs off: %v, want ErrNoWatchdog", err)
+	}
+}
+
+// TestServiceWatchdogsTurnedOffUnderTheDaemon: a daemon that finds
+// service watchdogs turned off while it runs says it must exit (it hands
+// every lease off first); turned on, nothing.
+func TestServiceWatchdogsTurnedOffUnderTheDaemon(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "2000000")
+	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
+	sd := newFakeSystemd(nil)
+	d, _ := testDaemon(t, sd, newMemStore())
+	_, allowance, err := watchdogAllowance(context.Background(), sd, "unitlease.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cfg.Timing.Allowance = allowance
+	if err := d.allowanceGrew(context.Background()); err != nil {
+		t.Fatalf("nothing changed: %v", err)
+	}
+	sd.watchdogsOff.Store(true)
+	if err := d.allowanceGrew(context.Background()); !errors.Is(err, ErrNoWatchdog) {
+		t.Fatalf("service watchdogs turned off: %v, want ErrNoWatchdog", err)
+	}
 }
