@@ -26,30 +26,40 @@ type Entry struct {
 // cluster's view for `unitlease status`. It does not update what this
 // store has seen.
 func (s *Store) List(ctx context.Context) ([]Entry, error) {
+	var out []Entry
+	err := s.scan(ctx, s.Key("*"), func(key string, v any) { out = append(out, s.entry(key, v)) })
+	if err != nil {
+		return nil, fmt.Errorf("redislease: list: %w", err)
+	}
+	return out, nil
+}
+
+// scan calls f with every key matching pattern, in sorted order, and its
+// value (nil if it went missing meanwhile), reading 500 keys a round trip.
+func (s *Store) scan(ctx context.Context, pattern string, f func(key string, v any)) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	var keys []string
-	iter := s.rdb.Scan(ctx, 0, s.Key("*"), 500).Iterator()
+	iter := s.rdb.Scan(ctx, 0, pattern, 500).Iterator()
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
 	}
 	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("redislease: list: %w", err)
+		return err
 	}
 	sort.Strings(keys)
-	var out []Entry
 	for len(keys) > 0 {
 		batch := keys[:min(len(keys), 500)]
 		keys = keys[len(batch):]
 		vals, err := s.rdb.MGet(ctx, batch...).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("redislease: list: %w", err)
+			return err
 		}
 		for i, v := range vals {
-			out = append(out, s.entry(batch[i], v))
+			f(batch[i], v)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func (s *Store) entry(key string, v any) Entry {

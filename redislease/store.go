@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -394,32 +393,16 @@ func (s *Store) Clear(ctx context.Context, name string) (was, now policy.Record,
 // unitsMirroring lists the units whose keys hold want: a lease's record
 // under its name, as the scripts write it.
 func (s *Store) unitsMirroring(ctx context.Context, want string) ([]string, error) {
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
 	prefix := s.UnitKey("")
-	var keys []string
-	iter := s.rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("redislease: list unit keys: %w", err)
-	}
 	var units []string
-	for len(keys) > 0 {
-		batch := keys[:min(len(keys), 500)]
-		keys = keys[len(batch):]
-		vals, err := s.rdb.MGet(ctx, batch...).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("redislease: read unit keys: %w", err)
+	err := s.scan(ctx, prefix+"*", func(key string, v any) {
+		if str, ok := v.(string); ok && str == want {
+			units = append(units, strings.TrimPrefix(key, prefix))
 		}
-		for i, v := range vals {
-			if str, ok := v.(string); ok && str == want {
-				units = append(units, strings.TrimPrefix(batch[i], prefix))
-			}
-		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redislease: read unit keys: %w", err)
 	}
-	sort.Strings(units)
 	return units, nil
 }
 

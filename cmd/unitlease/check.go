@@ -223,33 +223,16 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 		return true
 	}
 	defer sd.Close()
-	on, err := sd.ServiceWatchdogs(ctx)
-	if err == nil && !on {
-		err = fmt.Errorf("systemd ignores every service's watchdog (systemctl service-watchdogs no): %w is enforced, and run refuses to start; run systemctl service-watchdogs yes", daemon.ErrNoWatchdog)
-	}
-	var wd time.Duration
+	w, err := daemon.UnitWatchdog(ctx, sd, unit, 0)
 	if err == nil {
-		wd, err = sd.Watchdog(ctx, unit)
-	}
-	if err == nil && wd == 0 {
-		err = fmt.Errorf("%w (or the unit is not installed): run refuses to start; the packaged unit sets WatchdogSec=2s", daemon.ErrNoWatchdog)
-	}
-	var abort time.Duration
-	if err == nil {
-		abort, err = sd.TimeoutAbort(ctx, unit)
-	}
-	if err == nil {
-		err = daemon.CheckAllowance(wd, abort)
-	}
-	if err == nil {
-		err = cfg.SetAllowance(daemon.KillAllowance(wd, abort))
+		err = cfg.SetAllowance(w.Allowance)
 	}
 	if err != nil {
-		c.fail("%s: %v", unit, err)
+		c.fail("%v (run refuses to start)", err)
 		return false
 	}
 	c.ok("%s: WatchdogSec %v + a third of it + TimeoutAbortSec %v + systemd's timer slack: a daemon that stops acting is killed, and its units stopped through BindsTo=, within the allowance %v after a deadline",
-		unit, wd, abort, cfg.Timing.Allowance)
+		unit, w.Interval, w.Abort, cfg.Timing.Allowance)
 	return true
 }
 

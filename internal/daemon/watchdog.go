@@ -174,29 +174,62 @@ func watchdogAllowance(ctx context.Context, sd Manager, unit string) (interval, 
 		return 0, 0, fmt.Errorf("%s: reading the watchdog: %w", unit, err)
 	}
 	if interval <= 0 {
-		return 0, 0, fmt.Errorf("%s: %w: set WatchdogSec= in its [Service] section (the packaged unit sets 2s), or nothing bounds how late a daemon that hangs stops its units", unit, ErrNoWatchdog)
+		return 0, 0, noWatchdog(unit)
 	}
+	w, err := UnitWatchdog(ctx, sd, unit, interval)
+	return interval, w.Allowance, err
+}
+
+// WatchdogReader is what reading a daemon unit's watchdog needs of
+// systemd (*unitctl.Systemd).
+type WatchdogReader interface {
+	ServiceWatchdogs(ctx context.Context) (bool, error)
+	Watchdog(ctx context.Context, unit string) (time.Duration, error)
+	TimeoutAbort(ctx context.Context, unit string) (time.Duration, error)
+}
+
+// WatchdogSettings are a daemon unit's watchdog as systemd has it loaded.
+type WatchdogSettings struct {
+	Interval  time.Duration // the longer of WatchdogSec= and the interval enforced
+	Abort     time.Duration // TimeoutAbortSec=
+	Allowance time.Duration // KillAllowance of the two
+}
+
+// UnitWatchdog reads unit's watchdog as systemd has it loaded, with
+// enforced the interval systemd gave the running daemon (WATCHDOG_USEC;
+// 0 when there is none, for `check`), and the allowance of the longer of
+// the two: systemd may kill the daemon that much later. It refuses no
+// watchdog at all, service watchdogs turned off, and an abort timeout of
+// infinity. `run` and `check` both read it here.
+func UnitWatchdog(ctx context.Context, sd WatchdogReader, unit string, enforced time.Duration) (WatchdogSettings, error) {
 	if err := watchdogsEnforced(ctx, sd); err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", unit, err)
+		return WatchdogSettings{}, fmt.Errorf("%s: %w", unit, err)
 	}
 	loaded, err := sd.Watchdog(ctx, unit)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: reading WatchdogSec=: %w", unit, err)
+		return WatchdogSettings{}, fmt.Errorf("%s: reading WatchdogSec=: %w", unit, err)
 	}
-	abort, err := sd.TimeoutAbort(ctx, unit)
-	if err != nil {
-		return 0, 0, fmt.Errorf("%s: reading TimeoutAbortSec=: %w", unit, err)
+	w := WatchdogSettings{Interval: max(enforced, loaded)}
+	if w.Interval <= 0 {
+		return WatchdogSettings{}, noWatchdog(unit)
 	}
-	longest := max(interval, loaded)
-	if err := CheckAllowance(longest, abort); err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", unit, err)
+	if w.Abort, err = sd.TimeoutAbort(ctx, unit); err != nil {
+		return WatchdogSettings{}, fmt.Errorf("%s: reading TimeoutAbortSec=: %w", unit, err)
 	}
-	return interval, KillAllowance(longest, abort), nil
+	if err := CheckAllowance(w.Interval, w.Abort); err != nil {
+		return WatchdogSettings{}, fmt.Errorf("%s: %w", unit, err)
+	}
+	w.Allowance = KillAllowance(w.Interval, w.Abort)
+	return w, nil
+}
+
+func noWatchdog(unit string) error {
+	return fmt.Errorf("%s: %w: set WatchdogSec= in its [Service] section (the packaged unit sets 2s), or nothing bounds how late a daemon that hangs stops its units", unit, ErrNoWatchdog)
 }
 
 // watchdogsEnforced refuses a systemd that ignores service watchdogs
 // (`systemctl service-watchdogs no`): it would never kill a hung daemon.
-func watchdogsEnforced(ctx context.Context, sd Manager) error {
+func watchdogsEnforced(ctx context.Context, sd WatchdogReader) error {
 	on, err := sd.ServiceWatchdogs(ctx)
 	switch {
 	case err != nil:
