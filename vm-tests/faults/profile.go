@@ -95,6 +95,15 @@ func (b bounds) crash(start time.Duration) (time.Duration, string) {
 
 // missing: the key is gone (Redis lost it, or a new lease), so the node
 // that acquires waits the confirm wait before it starts (DESIGN.md rule 4).
+// moved is the bound of a unit moved to a new lease: the new lease's
+// standby ages the old lease's released record of the unit from when it
+// reads it, up to a poll after the release (the release wakes the old
+// lease's standbys, not the new one's), then as a missing key.
+func (b bounds) moved(start time.Duration) (time.Duration, string) {
+	return b.leaseSpan + 2*b.pollMax + b.confirm + start, fmt.Sprintf("lease span %v + 2 poll_max %v + confirm wait %v + start %v",
+		b.leaseSpan, b.pollMax, b.confirm, start.Round(time.Millisecond))
+}
+
 func (b bounds) missing(start time.Duration) (time.Duration, string) {
 	return b.leaseSpan + b.pollMax + b.confirm + start, fmt.Sprintf("lease span %v + poll_max %v + confirm wait %v + start %v",
 		b.leaseSpan, b.pollMax, b.confirm, start.Round(time.Millisecond))

@@ -26,6 +26,7 @@ type kind int
 const (
 	kCrash   kind = iota // lease span + poll_max + start
 	kMissing             // the same + the confirm wait: the key is missing
+	kMoved               // the same + poll_max: the new lease ages the old one's release, seen up to a poll late
 	kHandoff             // the unit's own stop + start
 	kReboot              // the reboot + the crash bound
 	kNone                // no copy may stop
@@ -57,7 +58,7 @@ func (sc scenario) target(p profile) Target {
 	switch sc.kind {
 	case kCrash:
 		return Target{Ratio: 1.05, Under: p.under, UnderAdvisory: underAdvisory}
-	case kMissing, kReboot:
+	case kMissing, kMoved, kReboot:
 		return Target{Ratio: 1.05}
 	case kHandoff:
 		return Target{Ratio: 1, Slack: 50 * time.Millisecond}
@@ -75,12 +76,12 @@ var scenarios = []scenario{
 	{name: "ignore-sigterm", desc: "the unit ignores SIGTERM and its leader is cut off: SIGKILL within stop_wait", args: "-on-term ignore", kind: kCrash, fault: faultIgnoreTERM},
 	{name: "redis-aof", desc: "Redis (appendonly, appendfsync always) crashes and restarts", kind: kCrash, fault: faultRedisRestart},
 	{name: "redis-no-persist", desc: "Redis without persistence crashes and restarts: the key is gone", noAOF: true, kind: kMissing, fault: faultRedisRestart},
-	{name: "reannotate", desc: "the annotation changes to a new lease on every node, then daemon-reload", kind: kMissing, fault: faultReannotate},
+	{name: "reannotate", desc: "the annotation changes to a new lease on every node, then daemon-reload", kind: kMoved, fault: faultReannotate},
 	{name: "power-cut", desc: "the leader's node loses power; it boots again and rejoins", kind: kCrash, fault: faultPowerCut},
 	{name: "reboot-all", desc: "every node is rebooted at once", kind: kReboot, fault: faultRebootAll},
 	{name: "override-standby", desc: "`systemctl edit` on a standby empties ExecStartPre= and sets KillMode=process, then `systemctl start` there", kind: kNone, fault: faultOverrideStandby},
 	{name: "revert-leader", desc: "`systemctl revert` of the unit on the leader removes its drop-ins", kind: kNone, fault: faultRevertLeader},
-	{name: "rolling-reannotate", desc: "the annotation changes to a new lease one node at a time, standbys first", kind: kMissing, fault: faultRollingReannotate},
+	{name: "rolling-reannotate", desc: "the annotation changes to a new lease one node at a time, standbys first", kind: kMoved, fault: faultRollingReannotate},
 	{name: "killed-hung-stop", desc: "the leader is cut off and its daemon SIGKILLed just before its deadline; the unit's ExecStop= hangs and it ignores SIGTERM", args: "-on-term ignore",
 		unitDropIn: "[Service]\nExecStop=/bin/sleep infinity\n", stopWait: 2 * time.Second, kind: kCrash, fault: faultKilledHungStop},
 	{name: "frozen-near-deadline", desc: "the leader is cut off and its daemon frozen (SIGSTOP) just before its deadline", kind: kCrash, fault: faultFrozenNearDeadline},
@@ -306,6 +307,8 @@ func (s *session) measure(r *Run, m *measured, end time.Duration) {
 			r.Bound, r.BoundParts = s.b.crash(start)
 		case kMissing:
 			r.Bound, r.BoundParts = s.b.missing(start)
+		case kMoved:
+			r.Bound, r.BoundParts = s.b.moved(start)
 		case kReboot:
 			r.Bound, r.BoundParts = s.b.reboot(m.reboot, start)
 		case kHandoff:
