@@ -25,9 +25,18 @@ func (k ActionKind) String() string { return name(actionNames, "action", uint8(k
 
 // Action is one thing to do. Record is the record to compare against:
 // the one observed for Acquire, this node's own for Renew and Release.
+//
+// By, for a StopUnit, is the instant by which systemd must have the stop
+// job: the renew deadline of the lease the node holds or held. The lease
+// span counts the stop_wait from then (give or take the allowance for a
+// daemon that acts late), so a stop that systemd has not taken by then is
+// a daemon that did not act in time, like a step that did not run: the
+// watchdog's to find. It is zero for a stop that no deadline bounds: the
+// first stop of a new daemon, and a stop tried again after a failed one.
 type Action struct {
 	Kind   ActionKind
 	Record Record
+	By     Instant
 }
 
 func (a Action) String() string {

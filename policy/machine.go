@@ -141,9 +141,10 @@ func (m *Machine) handle(e Event, o *Output) {
 func (m Machine) Step(now Instant, e Event) (Machine, Output) {
 	var o Output
 	m.now = max(m.now, now)
+	again := m.state == StopFailed // a stop this step issues is tried again
 	m.expire(&o)
 	m.handle(e, &o)
-	m.advance(&o)
+	m.advance(&o, again)
 	o.Wake = m.wake()
 	return m, o
 }
@@ -160,13 +161,18 @@ func (m *Machine) expire(o *Output) {
 	}
 }
 
-// advance starts the unit job and the store request that are due.
-func (m *Machine) advance(o *Output) {
+// advance starts the unit job and the store request that are due. A
+// stop is due by the deadline (Action.By) unless it is the startup's, or
+// tried again after a failed one (again): no deadline bounds those.
+func (m *Machine) advance(o *Output, again bool) {
 	m.expire(o)
 	switch {
 	case m.state == Stopping && m.job != StopUnit:
 		m.job = StopUnit
 		o.do(StopUnit, Absent)
+		if !again && m.cause != CauseStartup {
+			o.actions[o.n-1].By = m.deadline()
+		}
 	case m.state == Starting && m.job == 0:
 		m.job = StartUnit
 		o.do(StartUnit, Absent)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -279,4 +280,43 @@ func checkLeftoverGone(t *testing.T, unit, marker string) {
 		t.Errorf("Stop returned nil with %s (PID %v) still running; %s is %s, Result=%s", marker, left, unit, show(t, unit, "ActiveState"), show(t, unit, "Result"))
 	}
 	t.Logf("%s: %s, Result=%s, processes left %v", unit, show(t, unit, "ActiveState"), show(t, unit, "Result"), processesWith(marker))
+}
+
+// TestNodeStopTellsWhenSystemdHasTheStop: OnQueued's function is called
+// once, before Stop returns, when systemd has the stop: for a unit whose
+// ExecStop= takes a while, while systemd is carrying the stop out (the
+// job is queued or running, the unit no longer active); for a unit that
+// is stopped already, too.
+func TestNodeStopTellsWhenSystemdHasTheStop(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	const unit = "ul-stop-queued.service"
+	installUnits(t, map[string]string{unit: "[Service]\nExecStart=/bin/sleep infinity\nExecStop=/bin/sleep 1\n"})
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	var seen, jobs string
+	ctx := OnQueued(ctxFor(t, time.Minute), func() {
+		calls++
+		seen = show(t, unit, "ActiveState")
+		jobs = systemctl(t, "list-jobs", "--no-legend", unit)
+	})
+	if err := s.Stop(ctx, unit, 10*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if calls != 1 {
+		t.Fatalf("OnQueued's function called %d times, want once", calls)
+	}
+	if seen == "active" && !strings.Contains(jobs, unit) {
+		t.Fatalf("when told that systemd has the stop, %s was %s with no job (list-jobs: %q)", unit, seen, jobs)
+	}
+	t.Logf("when told: %s, jobs %q", seen, strings.TrimSpace(jobs))
+	calls = 0
+	if err := s.Stop(ctx, unit, 10*time.Second); err != nil {
+		t.Fatalf("Stop of the stopped unit: %v", err)
+	}
+	if calls != 1 {
+		t.Fatalf("stopping a stopped unit, OnQueued's function was called %d times, want once", calls)
+	}
 }

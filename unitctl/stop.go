@@ -27,6 +27,9 @@ import (
 // ctx's error. A stop job queued by someone else that replaces ours is
 // answered with a new stop job. Lost connections and systemd re-executing
 // are retried within stopWait, never reported as a stop.
+//
+// A function set on ctx with OnQueued is called once systemd has the stop:
+// the stop job is queued, or the unit was found stopped.
 func (s *Systemd) Stop(ctx context.Context, unit string, stopWait time.Duration) error {
 	s.setIntent(unit, intentStopped)
 	w := s.watchers.add(unit)
@@ -39,6 +42,7 @@ func (s *Systemd) Stop(ctx context.Context, unit string, stopWait time.Duration)
 	// not hold): no job to wait for. The intent is set and the watcher
 	// added first, so a start that slips in afterwards is seen.
 	if st.stoppedAlready(wctx) {
+		queuedFrom(ctx)()
 		return nil
 	}
 	err := st.run(wctx)
@@ -86,6 +90,7 @@ func (st *stopping) run(ctx context.Context) error {
 			return ferr
 		}
 	}
+	queuedFrom(ctx)()
 	kill := time.NewTimer(time.Until(st.killAt))
 	defer kill.Stop()
 	poll := st.s.ticker()
@@ -239,6 +244,25 @@ func (st *stopping) kill(ctx context.Context) {
 	if err != nil {
 		st.s.opts.Logf("unitctl: SIGKILL to %s: %v", st.unit, err)
 	}
+}
+
+// OnQueued returns a context on which Stop calls queued once systemd has
+// the stop (its job is queued, or the unit was found stopped): from then
+// on systemd carries the stop out within the unit's stop timeouts even if
+// the caller dies. A caller that must account for the time systemd takes
+// to accept a stop (a watchdog) uses it.
+func OnQueued(ctx context.Context, queued func()) context.Context {
+	return context.WithValue(ctx, queuedKey{}, queued)
+}
+
+type queuedKey struct{}
+
+// queuedFrom is the function set with OnQueued, or one that does nothing.
+func queuedFrom(ctx context.Context) func() {
+	if f, _ := ctx.Value(queuedKey{}).(func()); f != nil {
+		return f
+	}
+	return func() {}
 }
 
 // drain empties ch without blocking.

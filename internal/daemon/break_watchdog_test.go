@@ -563,3 +563,99 @@ func TestBreakKillAllowanceIgnoresSystemdTimerSlack(t *testing.T) {
 			sdEventAccuracy, strings.Join(failures, "\n"))
 	}
 }
+
+// Attack (closed): the leader's deadline step is taken on time, and its
+// StopUnit call hangs past stop_wait while the loop is idle (the stop runs
+// outside any step; the lease's wake-up is Never while a stop and a
+// renewal are outstanding). Before the stop carried its deadline
+// (policy.Action.By), nothing the watchdog read moved: the daemon kept
+// pinging, was never killed, and BindsTo= never stopped the unit, while
+// the standby took over once the record stayed unchanged for the lease
+// span. Now a stop systemd has not taken by the deadline is a loop that
+// did not act: the last ping comes at most the check after the deadline.
+func TestBreakWatchdogPingsWhileAStopHangs(t *testing.T) {
+	const (
+		interval = 600 * time.Millisecond
+		abort    = 100 * time.Millisecond
+	)
+	synctest.Test(t, func(t *testing.T) {
+		sd := &hangStop{fakeSystemd: newFakeSystemd(map[string]string{"db.service": "db"}), release: make(chan struct{})}
+		store := &cutStore{memStore: newMemStore()}
+		timing := testTiming
+		timing.Allowance = KillAllowance(interval, abort)
+		tm, err := timing.Resolved()
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &syncBuffer{}
+		var p pings
+		d := New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(logs, slog.LevelInfo), store, sd, unitctl.Config{}, func(s string) {
+			if s == "WATCHDOG=1" {
+				p.add(time.Now())
+			}
+		})
+		d.clock = stillClock()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		d.Reload(ctx)
+		go d.watchdog(ctx, interval)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if !sd.isActive("db.service") {
+			t.Fatalf("not leading after 30s:\n%s", logs)
+		}
+		// Redis unreachable from the leader, and systemd slow to take
+		// the stop: the stop call hangs.
+		cut := time.Now()
+		sd.hang.Store(true)
+		store.cut.Store(true)
+		// The last successful renewal was sent before cut: its deadline
+		// is before cut + retry + renew_deadline.
+		bound := tm.Retry + tm.RenewDeadline + tm.Allowance + tm.StopWait
+		time.Sleep(2 * tm.LeaseSpan)
+		synctest.Wait()
+		ps := p.all()
+		active := sd.isActive("db.service")
+		close(sd.release)
+		cancel()
+		last := ps[len(ps)-1]
+		// KillAllowance counts on the last ping at most the check after
+		// the deadline, itself at most retry + renew_deadline after cut.
+		if late := last.Sub(cut) - (tm.Retry + tm.RenewDeadline); late > watchdogCheck(interval) {
+			t.Fatalf("renewals failing since %v, StopUnit hanging: the last ping came %v after the latest deadline, past the check %v (gaps at most %v)",
+				cut.Format("15:04:05"), late, watchdogCheck(interval), maxGap(ps, cut))
+		}
+		if active && time.Since(cut) > bound && last.Sub(cut) > bound-interval {
+			t.Fatalf("renewals failing since %v, StopUnit hanging: %v later (twice the lease span %v; deadline + allowance + stop_wait is at most %v) "+
+				"db.service still runs, the daemon still pings (last ping %v after the cut, gaps at most %v), so systemd never kills it "+
+				"and BindsTo= never stops the unit, while a standby takes over at the lease span",
+				cut.Format("15:04:05"), time.Since(cut), tm.LeaseSpan, bound, last.Sub(cut), maxGap(ps, cut))
+		}
+	})
+}
+
+// maxGap is the longest time between consecutive pings from from on
+// (systemd would have killed the daemon if it exceeded the interval).
+func maxGap(ps []time.Time, from time.Time) time.Duration {
+	var g time.Duration
+	for i := 1; i < len(ps); i++ {
+		if ps[i].After(from) {
+			g = max(g, ps[i].Sub(ps[i-1]))
+		}
+	}
+	return g
+}
+
+// cutStore is memStore whose renewals fail while cut (Redis unreachable
+// from the leader): the outcome is unknown.
+type cutStore struct {
+	*memStore
+	cut atomic.Bool
+}
+
+func (c *cutStore) Renew(ctx context.Context, name string, held policy.Record) (policy.Record, error) {
+	if c.cut.Load() {
+		return policy.Record{}, redislease.ErrUnknown
+	}
+	return c.memStore.Renew(ctx, name, held)
+}

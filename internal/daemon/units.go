@@ -21,7 +21,10 @@ func (u unitsOf) StartOrder(ctx context.Context, units []string) ([]string, erro
 	return u.sd.StartOrder(ctx, units)
 }
 
-func (u unitsOf) Stop(ctx context.Context, unit string) (bool, error) {
+func (u unitsOf) Stop(ctx context.Context, unit string, queued func()) (bool, error) {
+	if queued != nil {
+		ctx = unitctl.OnQueued(ctx, queued)
+	}
 	err := u.sd.Stop(ctx, unit, u.stopWait)
 	var je *unitctl.JobError
 	if errors.As(err, &je) {

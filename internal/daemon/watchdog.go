@@ -120,10 +120,12 @@ func heapFree() uint64 {
 // after a resume the suspend check has not seen yet. at is when the
 // loops were read.
 func (d *Daemon) mayPing(within time.Duration) (ok bool, at policy.Instant) {
-	busy, overdue, at := d.stuck(within)
-	ping, wake := pingVerdict(busy, overdue, d.lastOverdue)
+	busy, overdue, late, at := d.stuck(within)
+	ping, wake := pingVerdict(busy || late, overdue, d.lastOverdue)
 	d.lastOverdue = overdue
 	switch {
+	case late:
+		d.log.Error("systemd has not taken a stop more than "+within.String()+" after the lease's deadline: withholding the watchdog ping, so that systemd kills this daemon and stops the unit itself (BindsTo=)", logging.Event, "watchdog")
 	case wake:
 		d.log.Warn("a lease loop has not acted on its wake-up for more than "+within.String()+": waking every loop and withholding one watchdog ping", logging.Event, "watchdog")
 		supervisor.Resumed()
@@ -145,16 +147,18 @@ func pingVerdict(busy, overdue, lastOverdue bool) (ping, wake bool) {
 }
 
 // stuck reports whether some supervisor's loop is busy with one event,
-// and whether some supervisor is overdue, by more than within.
-func (d *Daemon) stuck(within time.Duration) (busy, overdue bool, now policy.Instant) {
+// whether some supervisor is overdue, and whether some stop due by a
+// deadline is not in systemd's hands yet, by more than within.
+func (d *Daemon) stuck(within time.Duration) (busy, overdue, late bool, now policy.Instant) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now = d.clock() // after the lock: a verdict is as old as its reading
 	for _, r := range d.sups {
 		busy = busy || r.sup.Busy(now, within)
 		overdue = overdue || r.sup.Overdue(now, within)
+		late = late || r.sup.StopLate(now, within)
 	}
-	return busy, overdue, now
+	return busy, overdue, late, now
 }
 
 // ErrNoWatchdog is returned by Run when the daemon runs without a

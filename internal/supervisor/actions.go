@@ -27,7 +27,7 @@ func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
 	case policy.StartUnit:
 		ev = s.start(ctx)
 	case policy.StopUnit:
-		ev = s.stop(ctx)
+		ev = s.stop(ctx, a.By)
 	default:
 		return ev, false
 	}
@@ -143,7 +143,7 @@ func (s *Supervisor) start(ctx context.Context) policy.Event {
 // stop stops every unit of the lease at once, each within stop_wait, and
 // reports stopped only when all are confirmed inactive. It ignores ctx's
 // end: a stop is never abandoned half way.
-func (s *Supervisor) stop(ctx context.Context) policy.Event {
+func (s *Supervisor) stop(ctx context.Context, by policy.Instant) policy.Event {
 	ctx = context.WithoutCancel(ctx)
 	var (
 		wg     sync.WaitGroup
@@ -151,9 +151,20 @@ func (s *Supervisor) stop(ctx context.Context) policy.Event {
 		killed bool
 		failed bool
 	)
+	p := s.stopping.Load()
+	if by == 0 || p == nil || p.by != by {
+		p = nil // not due by a deadline, or taken for this one already
+	}
 	for _, u := range s.Units {
 		wg.Go(func() {
-			k, err := s.units.Stop(ctx, u)
+			var once sync.Once
+			taken := func() {
+				if p != nil {
+					once.Do(func() { s.taken(p) })
+				}
+			}
+			k, err := s.units.Stop(ctx, u, taken)
+			taken()
 			mu.Lock()
 			defer mu.Unlock()
 			killed = killed || k
@@ -181,7 +192,7 @@ func (s *Supervisor) StartedBehind(ctx context.Context, unit string) {
 	}
 	s.logger().Warn(unit+": started although this node does not hold lease "+s.Lease+": stopping it",
 		logging.Event, "refused", logging.Unit, unit, logging.Holder, st.Holder, logging.Version, st.Version)
-	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit); err != nil {
+	if _, err := s.units.Stop(context.WithoutCancel(ctx), unit, nil); err != nil {
 		s.logger().Error(unit+": stopping it failed: "+err.Error(), logging.Event, "stop_failed", logging.Unit, unit)
 	}
 }

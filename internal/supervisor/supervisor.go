@@ -62,8 +62,11 @@ type Units interface {
 	Start(ctx context.Context, unit string) error
 	// Stop stops the unit within stop_wait, with SIGKILL if needed, and
 	// returns once it is confirmed inactive; killed says SIGKILL was used.
-	// An error means it is not confirmed inactive.
-	Stop(ctx context.Context, unit string) (killed bool, err error)
+	// An error means it is not confirmed inactive. It calls queued, if
+	// not nil, once systemd has the stop (its job is queued, or the unit
+	// was found stopped): from then on systemd bounds the stop by itself,
+	// even if the daemon dies.
+	Stop(ctx context.Context, unit string, queued func()) (killed bool, err error)
 }
 
 // Supervisor keeps one lease: its units run on this node only while the
@@ -98,10 +101,11 @@ type Supervisor struct {
 	ended   bool            // ctx ended: events are dropped; guarded by mu
 	done    chan struct{}   // closed once ended is set
 
-	nudged     atomic.Bool  // a nudge is on its way to a step
-	ineligible atomic.Bool  // the last SetEligible said no
-	busy       atomic.Int64 // 1 + the Instant a step began, or 0 between steps
-	due        atomic.Int64 // 1 + the Instant of the next wake-up, or 0 for none
+	nudged     atomic.Bool                 // a nudge is on its way to a step
+	ineligible atomic.Bool                 // the last SetEligible said no
+	busy       atomic.Int64                // 1 + the Instant a step began, or 0 between steps
+	due        atomic.Int64                // 1 + the Instant of the next wake-up, or 0 for none
+	stopping   atomic.Pointer[pendingStop] // a stop due by a deadline that systemd does not have yet
 	status     atomic.Pointer[Status]
 	garbage    string // the last garbage value reported, to report each once
 	elsewhere  string // the unit and other lease last reported as holding it, or ""
@@ -212,6 +216,15 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 	}
 	// Publish first: the guard of a start about to be issued reads it.
 	s.publish(now, out.Journal)
+	for a := range out.Actions() {
+		if a.Kind == policy.StopUnit && a.By != 0 {
+			// Before the step ends: the watchdog sees the stop as due
+			// from the moment it is decided.
+			p := &pendingStop{by: a.By}
+			p.left.Store(int32(len(s.Units)))
+			s.stopping.Store(p)
+		}
+	}
 	s.wake = out.Wake
 	if out.Wake == policy.Never {
 		s.due.Store(0)
@@ -263,7 +276,7 @@ func (s *Supervisor) Nudge() {
 // the daemon does not act on its deadlines. A loop waiting for an event
 // before its wake-up is never stuck, however long it waits.
 func (s *Supervisor) Stuck(now policy.Instant, within time.Duration) bool {
-	return s.Busy(now, within) || s.Overdue(now, within)
+	return s.Busy(now, within) || s.Overdue(now, within) || s.StopLate(now, within)
 }
 
 // Busy reports whether the loop took an event more than within before now
@@ -278,6 +291,32 @@ func (s *Supervisor) Busy(now policy.Instant, within time.Duration) bool {
 func (s *Supervisor) Overdue(now policy.Instant, within time.Duration) bool {
 	d := s.due.Load()
 	return d != 0 && now.Sub(policy.Instant(d-1)) > within
+}
+
+// StopLate reports whether a stop due by a deadline (policy.Action.By)
+// is not yet in systemd's hands more than within after that deadline:
+// the step was taken, but the D-Bus call that queues the stop job has not
+// returned (systemd slow to answer, the connection stuck). The lease span
+// counts stop_wait from the deadline, so this is a daemon that did not
+// act in time, as a stuck loop is; once the watchdog has the daemon
+// killed, BindsTo= has systemd stop the unit, within stop_wait, on its own.
+func (s *Supervisor) StopLate(now policy.Instant, within time.Duration) bool {
+	p := s.stopping.Load()
+	return p != nil && now.Sub(p.by) > within
+}
+
+// pendingStop is a stop due by a deadline, until systemd has it for
+// every unit of the lease.
+type pendingStop struct {
+	by   policy.Instant
+	left atomic.Int32 // units whose stop systemd does not have yet
+}
+
+// taken marks one unit's stop as in systemd's hands (or over).
+func (s *Supervisor) taken(p *pendingStop) {
+	if p.left.Add(-1) == 0 {
+		s.stopping.CompareAndSwap(p, nil)
+	}
 }
 
 // Handoff feeds a planned handoff (or a shutdown) to the machine. It

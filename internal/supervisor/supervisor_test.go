@@ -150,7 +150,7 @@ func (u *fakeUnits) StartOrder(_ context.Context, units []string) ([]string, err
 	return units, nil
 }
 
-func (u *fakeUnits) Stop(context.Context, string) (bool, error) {
+func (u *fakeUnits) Stop(context.Context, string, func()) (bool, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.stops++

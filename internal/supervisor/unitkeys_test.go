@@ -66,7 +66,7 @@ func (u nodeUnits) Start(_ context.Context, unit string) error {
 	return nil
 }
 
-func (u nodeUnits) Stop(_ context.Context, unit string) (bool, error) {
+func (u nodeUnits) Stop(_ context.Context, unit string, _ func()) (bool, error) {
 	u.c.mu.Lock()
 	defer u.c.mu.Unlock()
 	u.c.running[unit] = slices.DeleteFunc(u.c.running[unit], func(n string) bool { return n == u.node })

@@ -19,11 +19,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -156,9 +158,29 @@ func run(ctx context.Context, p profile, runs int, only *regexp.Regexp, jsonPath
 	result := "every run passed"
 	if !rep.Pass {
 		result = "FAILED: see the problems of each run in the JSON"
+		failures(os.Stdout, rep.Scenarios)
 	}
 	fmt.Printf("\n%s; took %v; runs in %s\n", result, rep.Took.Round(time.Second), jsonPath)
 	return rep.Pass, nil
+}
+
+// failures prints, under the table, why each failed scenario failed: the
+// error that ended it and the problems of its failed runs, so that the
+// tail of a log says what went wrong.
+func failures(w io.Writer, scs []Scenario) {
+	for _, sc := range scs {
+		if sc.Summary.Pass {
+			continue
+		}
+		if sc.Error != "" {
+			fmt.Fprintf(w, "%s: %s\n", sc.Name, sc.Error)
+		}
+		for i, r := range sc.Runs {
+			if !r.Pass {
+				fmt.Fprintf(w, "%s run %d: %s\n", sc.Name, i+1, strings.Join(r.Problems, "; "))
+			}
+		}
+	}
 }
 
 func logf(format string, args ...any) {
