@@ -158,17 +158,21 @@ func run(ctx context.Context, p profile, runs int, only *regexp.Regexp, jsonPath
 	result := "every run passed"
 	if !rep.Pass {
 		result = "FAILED: see the problems of each run in the JSON"
-		failures(os.Stdout, rep.Scenarios)
 	}
+	failures(os.Stdout, rep.Scenarios)
 	fmt.Printf("\n%s; took %v; runs in %s\n", result, rep.Took.Round(time.Second), jsonPath)
 	return rep.Pass, nil
 }
 
-// failures prints, under the table, why each failed scenario failed: the
-// error that ended it and the problems of its failed runs, so that the
-// tail of a log says what went wrong.
+// failures prints, under the table, why each failed scenario failed (the
+// error that ended it and the problems of its failed runs) and why a
+// first setup failed, so that the tail of a log says what went wrong.
 func failures(w io.Writer, scs []Scenario) {
 	for _, sc := range scs {
+		if sc.SetupRetry != "" {
+			first, _, _ := strings.Cut(sc.SetupRetry, "\n")
+			fmt.Fprintf(w, "%s: the first setup failed (set up again): %s\n", sc.Name, first)
+		}
 		if sc.Summary.Pass {
 			continue
 		}

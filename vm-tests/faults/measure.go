@@ -346,7 +346,8 @@ type Scenario struct {
 		Over      int           `json:"over_advisory"` // runs not under the advisory figure
 		Pass      bool          `json:"pass"`
 	} `json:"summary"`
-	Error string `json:"error,omitempty"` // the scenario could not run to the end
+	Error      string `json:"error,omitempty"`       // the scenario could not run to the end
+	SetupRetry string `json:"setup_retry,omitempty"` // why the first setup failed, if it did
 }
 
 // Summarize fills in Summary from Runs.
@@ -385,6 +386,9 @@ func Table(w io.Writer, scenarios []Scenario) error {
 		}
 		if m.Over > 0 {
 			result += fmt.Sprintf(" (%d/%d over the advisory figure)", m.Over, m.Runs)
+		}
+		if s.SetupRetry != "" {
+			result += " (set up twice)"
 		}
 		bound, ratio := "-", "-"
 		if m.Bound > 0 {

@@ -127,7 +127,14 @@ func (e *env) scenario(sc scenario, runs int) (res Scenario) {
 	res = Scenario{Name: sc.name, Description: sc.desc, Target: sc.target(e.p).String()}
 	defer func() { res.Summarize() }()
 	logf("=== %s: %s", sc.name, sc.desc)
-	s, err := e.open(sc)
+	s, err := e.ready(sc)
+	if err != nil {
+		// A cluster that does not come up is reported, and given one
+		// more try: the runs are what the scenario judges.
+		logf("%s: setting up failed, trying once more: %v", sc.name, err)
+		res.SetupRetry = err.Error()
+		s, err = e.ready(sc)
+	}
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -150,6 +157,21 @@ func (e *env) scenario(sc scenario, runs int) (res Scenario) {
 	return res
 }
 
+// ready opens the scenario's deployment and waits until it has settled
+// (one leader, the others standing by).
+func (e *env) ready(sc scenario) (*session, error) {
+	s, err := e.open(sc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.settle(); err != nil {
+		err = fmt.Errorf("%w\n%s", err, s.journals())
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
 func (e *env) open(sc scenario) (*session, error) {
 	// A scenario that failed half-way may have left a node down.
 	for _, n := range e.c.Nodes {
@@ -159,8 +181,8 @@ func (e *env) open(sc scenario) (*session, error) {
 			}
 		}
 	}
-	dir := filepath.Join(e.tmp, "redis-"+sc.name)
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	dir, err := os.MkdirTemp(e.tmp, "redis-"+sc.name+"-")
+	if err != nil {
 		return nil, err
 	}
 	s := &session{env: e, sc: sc, lease: "demo", log: filepath.Join(e.shared, "witness-"+sc.name+".log")}
