@@ -252,6 +252,11 @@ func (m Machine) Seen() (r Record, since Instant, ok bool) {
 // LastRenewal is the send of the last successful acquire or renewal.
 func (m Machine) LastRenewal() Instant { return m.anchor }
 
+// Deadline is the renew deadline of the lease this node holds (the last
+// successful renewal's send + retry + renew_deadline), and whether it
+// holds one.
+func (m Machine) Deadline() (Instant, bool) { return m.deadline(), m.holding }
+
 // Age is how long the seen value has been unchanged at now.
 func (m Machine) Age(now Instant) time.Duration {
 	if !m.haveSeen {

@@ -69,10 +69,14 @@ type Daemon struct {
 
 	again chan struct{} // asks the loop for another reload
 
-	mu       sync.Mutex
-	sups     map[string]*running // by lease
-	problems []string            // config errors of the last discovery
-	watchers context.CancelFunc  // the wake-up and unit watches of the current set
+	mu   sync.Mutex
+	sups map[string]*running // by lease
+	// ended are supervisors no longer in sups whose stop, due by a
+	// deadline, systemd did not have yet when they ended: the watchdog
+	// keeps reading them until it does.
+	ended    []*supervisor.Supervisor
+	problems []string           // config errors of the last discovery
+	watchers context.CancelFunc // the wake-up and unit watches of the current set
 
 	lastStatus  string // the last STATUS= sent by the watchdog loop
 	lastOverdue bool   // the watchdog's last tick found a loop overdue

@@ -321,6 +321,9 @@ func (d *Daemon) end(ctx context.Context, lease string, r *running, keep map[str
 	<-r.sup.Done()
 	d.mu.Lock()
 	delete(d.sups, lease)
+	if r.sup.StopPending() {
+		d.ended = append(d.ended, r.sup)
+	}
 	d.mu.Unlock()
 	var gone []string
 	for _, u := range r.sup.Units {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"time"
 
 	sdaemon "github.com/coreos/go-systemd/v22/daemon"
@@ -157,6 +158,12 @@ func (d *Daemon) stuck(within time.Duration) (busy, overdue, late bool, now poli
 		busy = busy || r.sup.Busy(now, within)
 		overdue = overdue || r.sup.Overdue(now, within)
 		late = late || r.sup.StopLate(now, within)
+	}
+	// A supervisor ended by a reload (its lease lost, no longer
+	// annotated) whose stop systemd does not have yet still counts.
+	d.ended = slices.DeleteFunc(d.ended, func(s *supervisor.Supervisor) bool { return !s.StopPending() })
+	for _, s := range d.ended {
+		late = late || s.StopLate(now, within)
 	}
 	return busy, overdue, late, now
 }

@@ -27,7 +27,7 @@ func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
 	case policy.StartUnit:
 		ev = s.start(ctx)
 	case policy.StopUnit:
-		ev = s.stop(ctx, a.By)
+		ev = s.stop(ctx)
 	default:
 		return ev, false
 	}
@@ -143,7 +143,7 @@ func (s *Supervisor) start(ctx context.Context) policy.Event {
 // stop stops every unit of the lease at once, each within stop_wait, and
 // reports stopped only when all are confirmed inactive. It ignores ctx's
 // end: a stop is never abandoned half way.
-func (s *Supervisor) stop(ctx context.Context, by policy.Instant) policy.Event {
+func (s *Supervisor) stop(ctx context.Context) policy.Event {
 	ctx = context.WithoutCancel(ctx)
 	var (
 		wg     sync.WaitGroup
@@ -151,20 +151,19 @@ func (s *Supervisor) stop(ctx context.Context, by policy.Instant) policy.Event {
 		killed bool
 		failed bool
 	)
+	// The stop due by a deadline that step marked pending; a stop tried
+	// again after a failed one (by == 0) adopts what is still pending.
 	p := s.stopping.Load()
-	if by == 0 || p == nil || p.by != by {
-		p = nil // not due by a deadline, or taken for this one already
-	}
 	for _, u := range s.Units {
 		wg.Go(func() {
-			var once sync.Once
-			taken := func() {
-				if p != nil {
-					once.Do(func() { s.taken(p) })
-				}
+			var queued func()
+			if p != nil {
+				queued = func() { s.taken(p, u) }
 			}
-			k, err := s.units.Stop(ctx, u, taken)
-			taken()
+			k, err := s.units.Stop(ctx, u, queued)
+			if err == nil && queued != nil {
+				queued() // stopped, whether or not it said when systemd had it
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			killed = killed || k

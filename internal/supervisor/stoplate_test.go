@@ -87,9 +87,9 @@ func TestAStopSystemdDoesNotTakeIsLate(t *testing.T) {
 			case !queue && p == nil:
 				t.Fatal("systemd did not take the stop, and none is pending")
 			case !queue:
-				if s.StopLate(p.by.Add(within), within) || !s.StopLate(p.by.Add(within+time.Nanosecond), within) {
+				if s.StopLate(policy.Instant(p.by.Load()).Add(within), within) || !s.StopLate(policy.Instant(p.by.Load()).Add(within+time.Nanosecond), within) {
 					t.Fatalf("a stop due by %v not taken: late at %v %t, at %v %t; want late only past the check",
-						p.by, p.by.Add(within), s.StopLate(p.by.Add(within), within), p.by.Add(within+1), s.StopLate(p.by.Add(within+1), within))
+						policy.Instant(p.by.Load()), policy.Instant(p.by.Load()).Add(within), s.StopLate(policy.Instant(p.by.Load()).Add(within), within), policy.Instant(p.by.Load()).Add(within+1), s.StopLate(policy.Instant(p.by.Load()).Add(within+1), within))
 				}
 				if !s.Stuck(clock(), within) {
 					t.Fatal("a stop not taken a second past its deadline does not make the loop stuck")

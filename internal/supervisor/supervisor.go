@@ -217,12 +217,17 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 	// Publish first: the guard of a start about to be issued reads it.
 	s.publish(now, out.Journal)
 	for a := range out.Actions() {
-		if a.Kind == policy.StopUnit && a.By != 0 {
+		if a.Kind == policy.StopUnit && a.By != 0 && s.stopping.Load() == nil {
 			// Before the step ends: the watchdog sees the stop as due
 			// from the moment it is decided.
-			p := &pendingStop{by: a.By}
-			p.left.Store(int32(len(s.Units)))
-			s.stopping.Store(p)
+			s.stopping.Store(newPendingStop(a.By, s.Units))
+		}
+	}
+	if p := s.stopping.Load(); p != nil {
+		// Renewals that still succeed while the stop is under way (a
+		// handoff) move the deadline, and the stop's with it.
+		if d, ok := s.machine.Deadline(); ok {
+			p.extend(d)
 		}
 	}
 	s.wake = out.Wake
@@ -296,25 +301,64 @@ func (s *Supervisor) Overdue(now policy.Instant, within time.Duration) bool {
 // StopLate reports whether a stop due by a deadline (policy.Action.By)
 // is not yet in systemd's hands more than within after that deadline:
 // the step was taken, but the D-Bus call that queues the stop job has not
-// returned (systemd slow to answer, the connection stuck). The lease span
+// returned (systemd slow to answer, the connection stuck), or it failed
+// and the stop tried again has not got through either. The lease span
 // counts stop_wait from the deadline, so this is a daemon that did not
 // act in time, as a stuck loop is; once the watchdog has the daemon
 // killed, BindsTo= has systemd stop the unit, within stop_wait, on its own.
+// It holds after the supervisor ended, until the stop got through.
 func (s *Supervisor) StopLate(now policy.Instant, within time.Duration) bool {
 	p := s.stopping.Load()
-	return p != nil && now.Sub(p.by) > within
+	return p != nil && now.Sub(policy.Instant(p.by.Load())) > within
 }
+
+// StopPending reports whether a stop due by a deadline is not yet in
+// systemd's hands, however late.
+func (s *Supervisor) StopPending() bool { return s.stopping.Load() != nil }
 
 // pendingStop is a stop due by a deadline, until systemd has it for
-// every unit of the lease.
+// every unit of the lease. A stop that failed without systemd ever taking
+// it stays pending: the stop tried again adopts it.
 type pendingStop struct {
-	by   policy.Instant
-	left atomic.Int32 // units whose stop systemd does not have yet
+	by   atomic.Int64 // a policy.Instant; later while renewals extend the lease
+	mu   sync.Mutex
+	left map[string]bool // units whose stop systemd does not have yet
 }
 
-// taken marks one unit's stop as in systemd's hands (or over).
-func (s *Supervisor) taken(p *pendingStop) {
-	if p.left.Add(-1) == 0 {
+func newPendingStop(by policy.Instant, units []string) *pendingStop {
+	p := &pendingStop{left: make(map[string]bool, len(units))}
+	p.by.Store(int64(by))
+	for _, u := range units {
+		p.left[u] = true
+	}
+	return p
+}
+
+// extend moves the deadline to d if d is later.
+func (p *pendingStop) extend(d policy.Instant) {
+	for {
+		cur := p.by.Load()
+		if int64(d) <= cur || p.by.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
+}
+
+// pending is the number of units whose stop systemd does not have yet.
+func (p *pendingStop) pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.left)
+}
+
+// taken marks unit's stop as in systemd's hands (or done); once every
+// unit's is, nothing is pending.
+func (s *Supervisor) taken(p *pendingStop, unit string) {
+	p.mu.Lock()
+	delete(p.left, unit)
+	done := len(p.left) == 0
+	p.mu.Unlock()
+	if done {
 		s.stopping.CompareAndSwap(p, nil)
 	}
 }
