@@ -81,7 +81,7 @@ func TestVerify(t *testing.T) {
 		e := s
 		e.DropInPaths = []string{"/etc/systemd/system/vpn.service.d/override.conf", cfg.DropInPath("vpn.service")}
 		e.ExecStartPre = []execCommand{p.guardCommand(), own}
-		e.TimeoutStopUSec = 3_500_000
+		e.TimeoutStopUSec = 1_625_000 // the share of each of 2 phases of the 3.5s budget
 		e.BindsTo, e.After = []string{"d.service"}, []string{"basic.target", "d.service"}
 		return e
 	}
@@ -92,7 +92,7 @@ func TestVerify(t *testing.T) {
 		"not loaded":          func(e *settings) { e.DropInPaths = nil },
 		"guard not first":     func(e *settings) { e.ExecStartPre[0], e.ExecStartPre[1] = e.ExecStartPre[1], e.ExecStartPre[0] },
 		"own command lost":    func(e *settings) { e.ExecStartPre = e.ExecStartPre[:1] },
-		"stop timeout raised": func(e *settings) { e.TimeoutStopUSec = 3_500_001 },
+		"stop timeout raised": func(e *settings) { e.TimeoutStopUSec = 1_625_001 },
 		"kill mode changed":   func(e *settings) { e.KillMode = "process" },
 		"not bound":           func(e *settings) { e.BindsTo = nil },
 	}
@@ -103,7 +103,7 @@ func TestVerify(t *testing.T) {
 			t.Errorf("%s: verify = %v, want ErrDropIn", name, err)
 		}
 	}
-	if !strings.Contains(string(p.DropIn), "TimeoutStopSec=3500ms") {
+	if !strings.Contains(string(p.DropIn), "TimeoutStopSec=1625ms") {
 		t.Errorf("drop-in:\n%s", p.DropIn)
 	}
 }

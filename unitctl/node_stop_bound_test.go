@@ -15,9 +15,11 @@ import (
 // within stop_wait whatever the unit's stop phases are, for a peer may
 // start its copy once stop_wait has passed. systemd bounds each phase by
 // TimeoutStopSec= on its own: every ExecStop= command, the SIGTERM phase,
-// every ExecStopPost= command, the final SIGTERM phase. The units here
+// every ExecStopPost= command, the final SIGTERM phase. Two units here
 // have an ExecStop= (and an ExecStopPost=) that never returns and a main
-// process that ignores SIGTERM, so every phase runs to its timeout. The
+// process that ignores SIGTERM, so every phase runs to its timeout; the
+// third has only a main process that exits late and a child that ignores
+// SIGTERM, which the final SIGTERM phase waits for. The
 // daemon's stand-in unit is killed (as a crashed daemon would be), and the
 // time is systemd's own: from the unit's ActiveExitTimestampMonotonic
 // (systemd began the stop) to its InactiveEnterTimestampMonotonic.
@@ -35,6 +37,13 @@ func TestNodeStopBoundWithoutDaemon(t *testing.T) {
 			[]string{"sleep 86420", "sleep 86421"}},
 		{"ul-bound-stop-post.service", fmt.Sprintf(ignoreTERM, 86422) + "ExecStop=/bin/sleep 86423\nExecStopPost=/bin/sleep 86424\n",
 			[]string{"sleep 86422", "sleep 86423", "sleep 86424"}},
+		// KillMode=control-group (the default), no ExecStop=: the main
+		// process exits just inside its timeout, a child ignores SIGTERM;
+		// systemd sends the child SIGTERM again in the final SIGTERM phase
+		// with a timeout of its own.
+		{"ul-bound-late-main.service", "[Service]\nExecStart=/bin/sh -c \"(trap '' TERM; exec sleep 86425) & " +
+			"trap 'sleep 1.2; exit 0' TERM; while :; do sleep 0.1; done\"\n",
+			[]string{"sleep 86425"}},
 	}
 	// And one whose stop systemd would not bound: refused, read from systemd.
 	weak := "ul-bound-weak.service"

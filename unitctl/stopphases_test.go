@@ -20,7 +20,7 @@ func TestStopPhases(t *testing.T) {
 		phases   string
 		perPhase time.Duration
 	}{
-		{"plain", func(*settings) {}, 10 * time.Second, "the SIGTERM phase", 9 * time.Second},
+		{"plain", func(*settings) {}, 10 * time.Second, "the SIGTERM phase, the final SIGTERM phase", 4375 * time.Millisecond},
 		{"plain, mixed", func(s *settings) { s.KillMode = "mixed" }, 2 * time.Second, "the SIGTERM phase", 1500 * time.Millisecond},
 		{"ExecStop", func(s *settings) { s.ExecStop = []execCommand{execOf("/bin/stop")} }, 2 * time.Second,
 			"ExecStop=/bin/stop, the SIGTERM phase, the final SIGTERM phase", 333 * time.Millisecond},
@@ -81,7 +81,7 @@ func TestAssessStopPhases(t *testing.T) {
 		warned  string
 	}{
 		{name: "ExecStop", wait: 10 * time.Second, edit: func(s *settings) { s.ExecStop = []execCommand{execOf("/bin/stop")} },
-			warned: "TimeoutStopSec=5s exceeds 2.833s: systemd applies it to each of the 3 phases of the stop (ExecStop=/bin/stop, the SIGTERM phase, the final SIGTERM phase), and with up to 250ms of systemd's timer slack after each but the last they must fit the stop budget 9s (stop_wait 10s minus the 1s kill margin); the drop-in sets TimeoutStopSec=2.833s"},
+			warned: "TimeoutStopSec=4s exceeds 2.833s: systemd applies it to each of the 3 phases of the stop (ExecStop=/bin/stop, the SIGTERM phase, the final SIGTERM phase), and with up to 250ms of systemd's timer slack after each but the last they must fit the stop budget 9s (stop_wait 10s minus the 1s kill margin); the drop-in sets TimeoutStopSec=2.833s"},
 		{name: "ExecStop within its share", wait: 10 * time.Second, edit: func(s *settings) {
 			s.ExecStop, s.TimeoutStopUSec = []execCommand{execOf("/bin/stop")}, 2_000_000
 		}},

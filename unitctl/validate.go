@@ -106,8 +106,12 @@ func assess(s settings, cfg Config) (refusals, warnings []string) {
 		warnings = append(warnings, fmt.Sprintf("TimeoutStopSec=%s exceeds the stop budget %v (stop_wait %v minus the %v kill margin); the drop-in sets TimeoutStopSec=%v",
 			formatUSec(s.TimeoutStopUSec), budget, cfg.StopWait, KillMargin(cfg.StopWait), per))
 	default:
-		warnings = append(warnings, fmt.Sprintf("TimeoutStopSec=%s exceeds %v: systemd applies it to each of the %d phases of the stop (%s), and with up to %v of systemd's timer slack after each but the last they must fit the stop budget %v (stop_wait %v minus the %v kill margin); the drop-in sets TimeoutStopSec=%v",
-			formatUSec(s.TimeoutStopUSec), per, len(phases), strings.Join(phases, ", "), systemdTimerSlack, budget, cfg.StopWait, KillMargin(cfg.StopWait), per))
+		hint := ""
+		if s.KillMode == "control-group" && len(s.ExecStopPost) == 0 {
+			hint = "; with KillMode=mixed the final SIGTERM phase ends at once and the other phases share the budget"
+		}
+		warnings = append(warnings, fmt.Sprintf("TimeoutStopSec=%s exceeds %v: systemd applies it to each of the %d phases of the stop (%s), and with up to %v of systemd's timer slack after each but the last they must fit the stop budget %v (stop_wait %v minus the %v kill margin); the drop-in sets TimeoutStopSec=%v%s",
+			formatUSec(s.TimeoutStopUSec), per, len(phases), strings.Join(phases, ", "), systemdTimerSlack, budget, cfg.StopWait, KillMargin(cfg.StopWait), per, hint))
 	}
 	return refusals, warnings
 }
@@ -135,13 +139,11 @@ const MinStopPhase = 100 * time.Millisecond
 // The final SIGTERM phase waits on the cgroup after a timed-out
 // ExecStopPost= command, and, with KillMode=control-group, on whatever
 // is left when the main process exits within its SIGTERM phase while
-// another process ignores SIGTERM (measured: 3.72s for TimeoutStopSec=2s).
-// With KillMode=mixed it signals only the main and control processes, so
-// it ends at once without ExecStopPost=. It is counted for units with
-// stop commands of their own; a unit without any keeps the whole budget
-// for its SIGTERM phase, as the drop-in has always given it, and with
-// KillMode=control-group can take up to twice that (README.md, Open and
-// fragile).
+// another process ignores SIGTERM (measured: 3.72s for TimeoutStopSec=2s),
+// with or without stop commands. With KillMode=mixed it signals only the
+// main and control processes, so it ends at once without ExecStopPost=:
+// a mixed unit without stop commands keeps the whole budget for its
+// SIGTERM phase.
 func stopPhases(s settings) []string {
 	var phases []string
 	for _, c := range s.ExecStop {
@@ -151,7 +153,7 @@ func stopPhases(s settings) []string {
 	for _, c := range s.ExecStopPost {
 		phases = append(phases, "ExecStopPost="+c.Path)
 	}
-	if len(s.ExecStopPost) > 0 || len(s.ExecStop) > 0 && s.KillMode == "control-group" {
+	if len(s.ExecStopPost) > 0 || s.KillMode == "control-group" {
 		phases = append(phases, "the final SIGTERM phase")
 	}
 	return phases

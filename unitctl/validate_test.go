@@ -12,7 +12,7 @@ func goodService() settings {
 	return settings{
 		ID: "vpn.service", LoadState: "loaded", UnitFileState: "disabled",
 		Type: "simple", KillMode: "control-group", SendSIGKILL: true,
-		TimeoutStopUSec: uint64(5 * time.Second / time.Microsecond),
+		TimeoutStopUSec: uint64(4 * time.Second / time.Microsecond),
 	}
 }
 
@@ -45,6 +45,8 @@ func TestAssess(t *testing.T) {
 		{name: "started on success", edit: func(s *settings) { s.OnSuccessOf = []string{"job.service"} }, refused: "job.service (OnSuccess=)"},
 		{name: "bus activated", edit: func(s *settings) { s.BusName = "org.example.Vpn" }, refused: "BusName=org.example.Vpn"},
 		{name: "slow stop", edit: func(s *settings) { s.TimeoutStopUSec = uint64(90 * time.Second / time.Microsecond) },
+			warned: "TimeoutStopSec=1m30s exceeds 4.375s: systemd applies it to each of the 2 phases of the stop (the SIGTERM phase, the final SIGTERM phase), and with up to 250ms of systemd's timer slack after each but the last they must fit the stop budget 9s (stop_wait 10s minus the 1s kill margin); the drop-in sets TimeoutStopSec=4.375s; with KillMode=mixed the final SIGTERM phase ends at once"},
+		{name: "slow stop, mixed", edit: func(s *settings) { s.KillMode, s.TimeoutStopUSec = "mixed", uint64(90*time.Second/time.Microsecond) },
 			warned: "TimeoutStopSec=1m30s exceeds the stop budget 9s (stop_wait 10s minus the 1s kill margin); the drop-in sets TimeoutStopSec=9s"},
 		{name: "infinite stop", edit: func(s *settings) { s.TimeoutStopUSec = math.MaxUint64 }, warned: "TimeoutStopSec=infinity"},
 	}
