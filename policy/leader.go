@@ -66,17 +66,24 @@ func (m *Machine) cancel(o *Output) {
 // compare-and-set. A confirming node starts once a renewal sent after its
 // wait succeeds.
 func (m *Machine) renewed(r Record) {
-	switch {
-	case !m.answer(Renew) || !m.holding:
-	case m.late():
+	if !m.answer(Renew) || !m.holding {
+		return
+	}
+	moved := m.answeredBy(r)
+	if m.late() {
 		m.held = r
 		m.attemptFailed()
-	default:
-		m.held, m.anchor, m.attempts = r, m.reqAt, 0
-		m.blockShown = m.blockShown || m.blockSent
-		if m.state == Confirming && m.reqAt >= m.confirmAt {
-			m.state = Starting
-		}
+		return
+	}
+	m.held, m.anchor, m.attempts = r, m.reqAt, 0
+	m.blockShown = m.blockShown || m.blockSent
+	switch {
+	case m.state == Confirming && moved:
+		// Another server: what the node confirmed so far may be an
+		// older state's. Confirm afresh, for a lease span, from here.
+		m.confirmAt = m.now.Add(m.t.LeaseSpan)
+	case m.state == Confirming && m.reqAt >= m.confirmAt:
+		m.state = Starting
 	}
 }
 

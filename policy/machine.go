@@ -57,6 +57,13 @@ type Machine struct {
 	seen     Record  // the value being aged
 	haveSeen bool    // false after a reset: the next value starts a new age
 	seenAt   Instant // when seen was first received: its age's origin
+	// server is the identity of the Redis server that gave the last
+	// answer with one (Record.Server), "" before any. witnessed: the node
+	// saw seen replace an earlier value under that same server: a
+	// release it shows happened in that server's history, after what
+	// the node saw before. Only a witnessed release is taken at once.
+	server    string
+	witnessed bool
 	// writerSpan is the lease span of the last record seen present.
 	writerSpan time.Duration
 	lastSent   Instant // when the last successful observation was sent

@@ -12,7 +12,7 @@ func (m *Machine) observed(r Record, o *Output) {
 	if !m.answer(Observe) {
 		return
 	}
-	m.see(r)
+	m.see(r, m.answeredBy(r))
 	if m.mayAcquire() {
 		m.state = Acquiring
 		m.send(Acquire, m.seen, o)
@@ -21,13 +21,19 @@ func (m *Machine) observed(r Record, o *Output) {
 	m.pollAt = m.now.Add(m.pollDelay())
 }
 
-// see resets the age when r differs from the value being aged, or when
-// the key is missing again after a gap long enough that a record may have
-// come and gone unseen. The age starts at the reply's receipt, which is
-// after the value was written.
-func (m *Machine) see(r Record) {
+// see resets the age when r differs from the value being aged, when the
+// key is missing again after a gap long enough that a record may have
+// come and gone unseen, or when another server answered (moved: a
+// restart, a restore or a failover, which may have brought back an older
+// value, whatever this node saw of it). The age starts at the reply's
+// receipt, which is after the value was written.
+func (m *Machine) see(r Record, moved bool) {
 	gap := m.now.Sub(m.lastSent) > m.t.observeGap()
-	if !m.haveSeen || !r.Same(m.seen) || !r.Present && gap {
+	if moved || !m.haveSeen || !r.Same(m.seen) || !r.Present && gap {
+		// A change seen under one server (or a store that does not
+		// tell) is witnessed; a first value, or one under a new server,
+		// is not.
+		m.witnessed = m.haveSeen && !moved || r.Server == ""
 		m.seen, m.seenAt, m.haveSeen = r, m.now, true
 	}
 	if r.Present {
@@ -38,15 +44,29 @@ func (m *Machine) see(r Record) {
 	m.lastSent = m.reqAt
 }
 
-// mayAcquire: a released record at once, anything else after the lease
-// span unchanged (the longer of this node's and the last writer's); never
-// in backoff, nor while the node is ineligible, nor over a record whose
-// holder could not stop its units (stop_failed), however old: a failed
-// stop never leads to a start elsewhere.
+// mayAcquire: a released record at once if the node witnessed the
+// release (DESIGN.md rule 8: a first value, or one a new server answered
+// with, may be an older state brought back, whose holder's successor
+// still runs), anything else after the lease span unchanged (the longer
+// of this node's and the last writer's); never in backoff, nor while the
+// node is ineligible, nor over a record whose holder could not stop its
+// units (stop_failed), however old: a failed stop never leads to a start
+// elsewhere.
 func (m *Machine) mayAcquire() bool {
-	released := m.seen.Present && m.seen.Released
+	released := m.seen.Present && m.seen.Released && m.witnessed
 	return m.state == Standby && !m.ineligible && !m.seen.StopFailed &&
 		(released || m.now.Sub(m.seenAt) >= max(m.t.LeaseSpan, m.writerSpan))
+}
+
+// answeredBy notes the server that answered with r and reports whether it
+// is another than the one that answered before (both known).
+func (m *Machine) answeredBy(r Record) (moved bool) {
+	if r.Server == "" {
+		return false
+	}
+	moved = m.server != "" && r.Server != m.server
+	m.server = r.Server
+	return moved
 }
 
 // nudge moves the next poll to now.
@@ -80,11 +100,19 @@ func (m *Machine) acquired(r Record, o *Output) {
 		m.forget()
 		return
 	}
+	moved := m.answeredBy(r)
 	m.holding, m.held, m.anchor, m.attempts = true, r, m.reqAt, 0
 	m.held.Fresh = false
 	o.note(JournalAcquired)
 	m.state = Starting
-	if !m.seen.Present || m.seen.Other != nil || r.Fresh {
+	switch {
+	case moved:
+		// Acquired from another server than the one whose record the
+		// node aged: an older state brought back, perhaps, whose
+		// holder's successor still runs its unit until its own deadline.
+		// Hold, and start only after a lease span of renewals.
+		m.state, m.confirmAt = Confirming, m.now.Add(m.t.LeaseSpan)
+	case !m.seen.Present || m.seen.Other != nil || r.Fresh:
 		m.state, m.confirmAt = Confirming, m.now.Add(m.t.confirmWait())
 	}
 	if m.ineligible { // sent before the node became ineligible: give it back

@@ -72,6 +72,13 @@ type Record struct {
 	// that was missing, which a data loss could make missing again: the
 	// node confirms before it starts, as over a missing lease key.
 	Fresh bool
+	// Server is the identity of the Redis server that answered with this
+	// record (its run id and replication id), read in the same round trip
+	// on the same connection, or "" when the store does not tell. A
+	// server that restarts, is restored or is failed over to answers with
+	// another identity, and may answer from an older state (DESIGN.md
+	// rules 7 and 8): a record is trusted only as what that server holds.
+	Server string
 }
 
 // OtherLease names another lease whose live record names Unit, one of

@@ -31,10 +31,11 @@ type batcher struct {
 // call is one request in a batch. queue adds its command to the pipeline;
 // cmd holds it, with its reply or error, once done is closed.
 type call struct {
-	ctx   context.Context
-	queue func(redis.Pipeliner) redis.Cmder
-	cmd   redis.Cmder
-	done  chan struct{}
+	ctx    context.Context
+	queue  func(redis.Pipeliner) redis.Cmder
+	cmd    redis.Cmder
+	server string // the identity of the server that answered the pipeline, or ""
+	done   chan struct{}
 }
 
 func newBatcher(rdb *redis.Client, replyMax time.Duration) *batcher {
@@ -50,26 +51,28 @@ func (b *batcher) close() {
 }
 
 // do queues a request and waits for its reply, or for ctx's end: then the
-// request may or may not have been sent, and cmd is nil.
-func (b *batcher) do(ctx context.Context, queue func(redis.Pipeliner) redis.Cmder) (redis.Cmder, error) {
+// request may or may not have been sent, and cmd is nil. server is the
+// identity of the server that answered (Identity), read in the same
+// pipeline on the same connection, or "" if that read failed.
+func (b *batcher) do(ctx context.Context, queue func(redis.Pipeliner) redis.Cmder) (cmd redis.Cmder, server string, err error) {
 	c := &call{ctx: ctx, queue: queue, done: make(chan struct{})}
 	select {
 	case <-b.stop:
-		return nil, redis.ErrClosed
+		return nil, "", redis.ErrClosed
 	default:
 	}
 	select {
 	case b.calls <- c:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, "", ctx.Err()
 	case <-b.stop:
-		return nil, redis.ErrClosed
+		return nil, "", redis.ErrClosed
 	}
 	select {
 	case <-c.done:
-		return c.cmd, c.cmd.Err()
+		return c.cmd, c.server, c.cmd.Err()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, "", ctx.Err()
 	}
 }
 
@@ -107,6 +110,9 @@ func (b *batcher) collect(batch []*call) []*call {
 func (b *batcher) flush(batch []*call) {
 	deadline := time.Now().Add(b.replyMax)
 	pipe := b.rdb.Pipeline()
+	// First, who answers: every request of the pipeline goes over the
+	// same connection to the same server, after this read.
+	id := identityScript.Eval(context.Background(), pipe, nil)
 	sent := batch[:0] // filtered in place: the loop clears batch afterwards
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
@@ -118,13 +124,27 @@ func (b *batcher) flush(batch []*call) {
 		c.cmd = c.queue(pipe)
 		sent = append(sent, c)
 	}
+	var server string
 	if len(sent) > 0 {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		cancel()
 		b.flushes.Add(1)
+		server, _ = id.Text()
 	}
 	for _, c := range sent {
+		c.server = server
 		close(c.done)
 	}
 }
+
+// identityScript returns the identity of the server that runs it: its run
+// id (new at every start of redis-server) and its replication id (new
+// when it is promoted, or takes a master's data set over), as
+// "RUNID:REPLID". A server whose identity changed may answer from an
+// older state than the one a node read before (DESIGN.md rules 7, 8).
+var identityScript = redis.NewScript(`
+local s = redis.call('INFO', 'server')
+local r = redis.call('INFO', 'replication')
+return (string.match(s, 'run_id:(%x+)') or '') .. ':' .. (string.match(r, 'master_replid:(%x+)') or '')
+`)

@@ -142,18 +142,24 @@ return {'ok', new}
 `)
 
 // ownedLua checks that the key holds the caller's record: ARGV[1] holder,
-// ARGV[2] token, ARGV[3] version, state held or stop_failed. It returns
-// the decoded record or an early reply.
+// ARGV[2] token, ARGV[3] version, state held or stop_failed. A record of
+// the caller's with an older version (same holder and token: only the
+// caller ever wrote one) is its own earlier renewal, which a store that
+// rolled back brought back: still the caller's, and written over
+// (DESIGN.md rule 8: a leader rides through). It returns the decoded
+// record, its version raised to ARGV[3], or an early reply.
 const ownedLua = `
 local function owned()
   local cur = redis.call('GET', KEYS[1])
   if not cur then return nil, {'missing'} end
   local rec = decode(cur)
   if not rec then return nil, {'garbage', cur} end
+  local held = tonumber(ARGV[3])
   if rec.holder ~= ARGV[1] or rec.token ~= ARGV[2] or rec.state == 'released' or
-     string.format('%d', rec.version) ~= ARGV[3] then
+     rec.version > held then
     return nil, {'lost', cur}
   end
+  rec.version = held
   return rec, nil
 end
 `

@@ -145,22 +145,32 @@ func (s *Store) ObserveUnits(ctx context.Context, name string, units []string) (
 	if len(units) > 0 {
 		return s.observeUnits(ctx, name, units)
 	}
-	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.Get(ctx, s.Key(name)) })
+	cmd, server, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.Get(ctx, s.Key(name)) })
 	var raw string
 	if err == nil {
 		raw, err = cmd.(*redis.StringCmd).Result()
 	}
 	if errors.Is(err, redis.Nil) {
-		return policy.Absent, nil
+		missing := policy.Absent
+		missing.Server = server
+		return missing, nil
 	}
 	if err != nil {
 		return policy.Record{}, fmt.Errorf("redislease: observe %s: %w", s.Key(name), err)
 	}
-	return s.observed(name, raw)
+	rec, err := s.observed(name, raw)
+	if err == nil {
+		rec.Server = server
+	}
+	return rec, err
 }
 
-// observed decodes a value read from the lease's key and checks it against
-// the versions seen before.
+// observed decodes a value read from the lease's key and raises the
+// lease's version floor to it. A version below the floor (the store rolled
+// back: a restart that lost writes, a restore, a failover to a replica
+// that missed them) is a value like any other, which a standby ages
+// (DESIGN.md rule 8); the floor stays, so that an acquisition writes a
+// version above every one this node has seen.
 func (s *Store) observed(name, raw string) (policy.Record, error) {
 	rec, err := Decode(s.Key(name), raw)
 	if err != nil {
@@ -168,11 +178,7 @@ func (s *Store) observed(name, raw string) (policy.Record, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if floor := s.floor[name]; rec.Version < floor {
-		return policy.Record{Present: true, Raw: raw}, &GarbageError{Key: s.Key(name), Value: raw,
-			Reason: fmt.Sprintf("version %d went backwards (this node has seen %d)", rec.Version, floor)}
-	}
-	s.floor[name] = rec.Version
+	s.floor[name] = max(s.floor[name], rec.Version)
 	return rec, nil
 }
 
@@ -223,7 +229,7 @@ func (s *Store) AcquireUnits(ctx context.Context, name string, units []string, s
 	for _, u := range units {
 		args = append(args, expected[u])
 	}
-	reply, err := s.run(ctx, acquireScript, name, units, args...)
+	reply, server, err := s.run(ctx, acquireScript, name, units, args...)
 	if err != nil {
 		return policy.Record{}, err
 	}
@@ -231,7 +237,7 @@ func (s *Store) AcquireUnits(ctx context.Context, name string, units []string, s
 	if fresh {
 		reply = reply[:2]
 	}
-	rec, err := s.reply(name, reply, expected)
+	rec, err := s.reply(name, server, reply, expected)
 	rec.Fresh = fresh && err == nil
 	return rec, err
 }
@@ -288,12 +294,12 @@ func (s *Store) renew(ctx context.Context, name string, units []string, r policy
 	if r.StopFailed {
 		state = StateStopFailed
 	}
-	reply, err := s.run(ctx, renewScript, name, units,
+	reply, server, err := s.run(ctx, renewScript, name, units,
 		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), esc, state)
 	if err != nil {
 		return policy.Record{}, err
 	}
-	rec, err := s.reply(name, reply, nil)
+	rec, err := s.reply(name, server, reply, nil)
 	if c, ok := errors.AsType[*ClaimedError](err); ok {
 		return policy.Record{}, &LostError{Key: c.Key, Current: c.Current}
 	}
@@ -317,12 +323,12 @@ func (s *Store) ReleaseUnits(ctx context.Context, name string, units []string, h
 		return policy.Record{}, err
 	}
 	r := held
-	reply, err := s.run(ctx, releaseScript, name, units,
+	reply, server, err := s.run(ctx, releaseScript, name, units,
 		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), s.Channel(name), esc)
 	if err != nil {
 		return policy.Record{}, err
 	}
-	return s.reply(name, reply, nil)
+	return s.reply(name, server, reply, nil)
 }
 
 // Overwrite replaces exactly the value seen (as Observe returned it,
@@ -335,7 +341,7 @@ func (s *Store) Overwrite(ctx context.Context, name string, seen policy.Record) 
 		return policy.Record{}, err
 	}
 	version := max(s.floorOf(name), seen.Version) + 1
-	reply, err := s.run(ctx, overwriteScript, name, nil,
+	reply, server, err := s.run(ctx, overwriteScript, name, nil,
 		seen.Raw, flag(!seen.Present), s.node, token, version,
 		s.TTL().Milliseconds(), s.Channel(name))
 	if err != nil {
@@ -344,7 +350,7 @@ func (s *Store) Overwrite(ctx context.Context, name string, seen policy.Record) 
 	s.mu.Lock()
 	delete(s.floor, name) // the operator's word resets what this node knew
 	s.mu.Unlock()
-	return s.reply(name, reply, nil)
+	return s.reply(name, server, reply, nil)
 }
 
 // ErrNotStopFailed: Clear found the lease's record in another state than
@@ -381,12 +387,12 @@ func (s *Store) Clear(ctx context.Context, name string) (was, now policy.Record,
 	if err != nil {
 		return was, now, nil, err
 	}
-	reply, err := s.run(ctx, clearScript, name, units,
+	reply, server, err := s.run(ctx, clearScript, name, units,
 		was.Raw, s.node, token, s.TTL().Milliseconds(), s.Channel(name), esc)
 	if err != nil {
 		return was, now, nil, err
 	}
-	now, err = s.reply(name, reply, nil)
+	now, err = s.reply(name, server, reply, nil)
 	return was, now, units, err
 }
 
@@ -410,7 +416,7 @@ func (s *Store) unitsMirroring(ctx context.Context, want string) ([]string, erro
 // reply_max, in a pipeline with whatever other requests are ready. A
 // script Redis does not have (after a restart or SCRIPT FLUSH) did not
 // run, so it is sent again on its own, which loads it.
-func (s *Store) run(ctx context.Context, script *redis.Script, name string, units []string, args ...any) ([]any, error) {
+func (s *Store) run(ctx context.Context, script *redis.Script, name string, units []string, args ...any) (reply []any, server string, err error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	keys := make([]string, 1, 1+len(units))
@@ -418,24 +424,41 @@ func (s *Store) run(ctx context.Context, script *redis.Script, name string, unit
 	for _, u := range units {
 		keys = append(keys, s.UnitKey(u))
 	}
-	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) })
+	cmd, server, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) })
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd, err = script.Run(ctx, s.rdb, keys, args...), nil
+		// In a pipeline too, so that the answer comes with its server's
+		// identity; EVAL loads the script.
+		cmd, server, err = s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return script.Eval(ctx, p, keys, args...) })
 	}
-	var v []any
 	if err == nil {
-		v, err = cmd.(*redis.Cmd).Slice()
+		reply, err = cmd.(*redis.Cmd).Slice()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnknown, s.Key(name), err)
+		return nil, "", fmt.Errorf("%w: %s: %w", ErrUnknown, s.Key(name), err)
 	}
-	return v, nil
+	return reply, server, nil
 }
 
 // reply interprets a script's reply: the record written, or the error
 // that says what the key holds instead. Each value in it is decoded once.
 // seen is what the caller saw in the unit keys, for a 'claimed' reply.
-func (s *Store) reply(name string, reply []any, seen map[string]string) (policy.Record, error) {
+func (s *Store) reply(name, server string, reply []any, seen map[string]string) (policy.Record, error) {
+	rec, err := s.decodeReply(name, reply, seen)
+	// Every record of the answer is what the server that gave it holds.
+	if rec.Present {
+		rec.Server = server
+	}
+	if c, ok := errors.AsType[*ConflictError](err); ok {
+		c.Current.Server = server
+	}
+	if l, ok := errors.AsType[*LostError](err); ok {
+		l.Current.Server = server
+	}
+	return rec, err
+}
+
+// decodeReply is reply without the server.
+func (s *Store) decodeReply(name string, reply []any, seen map[string]string) (policy.Record, error) {
 	key := s.Key(name)
 	status, _ := reply[0].(string)
 	var raw string

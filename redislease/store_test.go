@@ -171,8 +171,12 @@ func TestRestartWithAppendOnly(t *testing.T) {
 	}
 	srv.Restart() // SIGKILL: only the fsynced AOF survives
 	o := mustObserve(t, a, "vpn")
-	if o != l {
+	if !o.Same(l) || o.Version != l.Version {
 		t.Fatalf("after restart: %+v, want %+v", o, l)
+	}
+	// A new process: another run id, so another identity.
+	if o.Server == "" || l.Server == "" || o.Server == l.Server {
+		t.Fatalf("server identity before the restart %q, after %q: want two different ones", l.Server, o.Server)
 	}
 	if _, err := a.Renew(bg, "vpn", l); err != nil {
 		t.Fatalf("renew after restart: %v", err)
@@ -215,7 +219,7 @@ func TestGarbageIsReportedNotOverwritten(t *testing.T) {
 			t.Fatalf("acquire over %q: %v", junk, err)
 		}
 		// Even a caller that skips the check is stopped by the script.
-		if _, err := a.run(bg, acquireScript, "junk", nil, junk, "0", "node-a", strings.Repeat("a", 32), 0, 1000, "c", 1, ""); err != nil {
+		if _, _, err := a.run(bg, acquireScript, "junk", nil, junk, "0", "node-a", strings.Repeat("a", 32), 0, 1000, "c", 1, ""); err != nil {
 			t.Fatal(err)
 		} else if got := srv.Command("GET", "unitlease:lease:junk"); got != junk {
 			t.Fatalf("script overwrote garbage %q with %q", junk, got)
@@ -231,7 +235,11 @@ func TestGarbageIsReportedNotOverwritten(t *testing.T) {
 	}
 }
 
-func TestVersionGoingBackwardsIsGarbage(t *testing.T) {
+// TestVersionGoingBackwardsIsAValue: a store that rolled back shows an
+// older version; it is a value like any other (a standby ages it), never
+// garbage, and an acquisition over it writes a version above every one
+// this node has seen: the version stays a fencing token.
+func TestVersionGoingBackwardsIsAValue(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	a := newStore(t, srv, "node-a")
 	l := mustAcquire(t, a, "vpn")
@@ -241,9 +249,15 @@ func TestVersionGoingBackwardsIsGarbage(t *testing.T) {
 	old := l
 	old.Version = 2
 	srv.Command("SET", "unitlease:lease:vpn", Encode(old))
-	_, err := a.Observe(bg, "vpn")
-	if !errors.Is(err, ErrGarbage) || !strings.Contains(err.Error(), "version 2 went backwards (this node has seen 4)") {
-		t.Fatalf("observe an older version: %v", err)
+	o, err := a.Observe(bg, "vpn")
+	if err != nil || o.Version != 2 || o.Raw != Encode(old) {
+		t.Fatalf("observe an older version: %+v, %v; want version 2 and no error", o, err)
+	}
+	b := newStore(t, srv, "node-b")
+	b.floor["vpn"] = 9 // node-b saw version 9 before the rollback
+	n, err := b.Acquire(bg, "vpn", mustObserve(t, b, "vpn"))
+	if err != nil || n.Version != 10 {
+		t.Fatalf("acquire over the older version: %+v, %v; want version 10, above the 9 node-b has seen", n, err)
 	}
 }
 

@@ -232,7 +232,7 @@ func (s *Store) observeUnits(ctx context.Context, name string, units []string) (
 	for i, u := range units {
 		keys[1+i] = s.UnitKey(u)
 	}
-	cmd, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.MGet(ctx, keys...) })
+	cmd, server, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.MGet(ctx, keys...) })
 	var vals []any
 	if err == nil {
 		vals, err = cmd.(*redis.SliceCmd).Result()
@@ -275,10 +275,12 @@ func (s *Store) observeUnits(ctx context.Context, name string, units []string) (
 			}
 		}
 	}
-	if len(foreign) == 0 {
-		return c.own, nil
+	rec := c.own
+	if len(foreign) > 0 {
+		rec = c.record(foreign)
 	}
-	return c.record(foreign), nil
+	rec.Server = server
+	return rec, nil
 }
 
 // claimed builds the error of a 'claimed' reply: the unit key, and what it

@@ -353,7 +353,7 @@ func TestUnitRecordRuleIsTheScripts(t *testing.T) {
 		srv.Command("SET", "unitlease:unit:"+unit, v)
 		// Missing B, and the unit key's value seen: a valid unit record of
 		// A that is released is written over; garbage is refused.
-		_, err := b.run(bg, acquireScript, "B"+unit, []string{unit}, "", "1", "node-b", goodToken, 0, 60000, "c", 37000, "B", v)
+		_, _, err := b.run(bg, acquireScript, "B"+unit, []string{unit}, "", "1", "node-b", goodToken, 0, 60000, "c", 37000, "B", v)
 		if err != nil {
 			t.Fatal(err)
 		}

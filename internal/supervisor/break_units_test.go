@@ -217,9 +217,21 @@ func TestBreakReleasedShortcutClaimsAUnitWithoutConfirmWait(t *testing.T) {
 			t.Fatalf("node-2 already holds C")
 		}
 		n1 := startNodeTiming(t, srv, c, timing, 1, "node-1", "B", "web.service")
-		for !n1.sup.Holding() {
-			time.Sleep(time.Millisecond)
+		// A node that just started takes no released record at once (it
+		// did not see the release happen: DESIGN.md rule 8); it ages B's
+		// like any other, while node-2 reaches the end of its own age.
+		for end := time.Now().Add(2 * span); !n1.sup.Holding() && time.Now().Before(end); {
+			time.Sleep(100 * time.Millisecond)
 			synctest.Wait()
+			if r := c.runs("web.service"); len(r) > 1 {
+				t.Fatalf("web.service runs on %v", r)
+			}
+		}
+		if !n1.sup.Holding() {
+			if r := c.runs("web.service"); len(r) != 1 || r[0] != "node-2" {
+				t.Fatalf("node-1 never acquired B and web.service runs on %v; want node-2 alone (lease C)", r)
+			}
+			return
 		}
 		acquiredAt := time.Now()
 		t.Logf("node-1 acquired B over its released record and is %s; node-2 has aged C (and web.service) missing for %v", n1.sup.Status().Role, age())

@@ -1,0 +1,94 @@
+package redislease
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/unitlease/unitlease/internal/redistest"
+	"github.com/unitlease/unitlease/policy"
+)
+
+// TestEveryAnswerNamesItsServer: every record a store call returns (an
+// observation, a missing key included, an acquisition, a renewal, a
+// release, the current record of a loss or a conflict) carries the
+// identity of the server that answered, read in the same pipeline; one
+// server, one identity. A restart (a new process) is another identity,
+// with or without its data.
+func TestEveryAnswerNamesItsServer(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
+	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
+	missing := mustObserve(t, a, "vpn")
+	id := missing.Server
+	if id == "" || missing.Present {
+		t.Fatalf("observing a missing key: %+v, want it missing and the server named", missing)
+	}
+	l := mustAcquire(t, a, "vpn")
+	r, err := a.Renew(bg, "vpn", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := mustObserve(t, b, "vpn")
+	_, conflict := b.Acquire(bg, "vpn", missing)
+	forged := r
+	forged.Holder = "node-b"
+	_, lost := b.Renew(bg, "vpn", forged)
+	var c *ConflictError
+	var lo *LostError
+	if !errors.As(conflict, &c) || !errors.As(lost, &lo) {
+		t.Fatalf("acquire over a stale value: %v; renew of another's record: %v", conflict, lost)
+	}
+	rel, err := a.Release(bg, "vpn", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, got := range map[string]policy.Record{"acquisition": l, "renewal": r, "observation": o,
+		"conflict's current record": c.Current, "loss's current record": lo.Current, "release": rel} {
+		if got.Server != id {
+			t.Errorf("%s names server %q, want %q", what, got.Server, id)
+		}
+	}
+	srv.Restart()
+	if after := mustObserve(t, a, "vpn"); after.Server == "" || after.Server == id || !after.Same(rel) {
+		t.Fatalf("after a restart with the AOF: %+v; want the same record from another server than %q", after, id)
+	}
+}
+
+// TestALeaderRidesThroughARollbackOfItsOwnRenewals: the store comes back
+// from a restart with the leader's own earlier record (its last renewals
+// lost): the leader's renewal writes over it, above the version it holds,
+// and the answer names the new server. Another node's earlier record is a
+// loss.
+func TestALeaderRidesThroughARollbackOfItsOwnRenewals(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendOnly: true})
+	a := newStore(t, srv, "node-a")
+	first := mustAcquire(t, a, "vpn")
+	l := first
+	for range 3 {
+		var err error
+		if l, err = a.Renew(bg, "vpn", l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Command("SET", "unitlease:lease:vpn", first.Raw) // what the rollback left
+	srv.Restart()
+	r, err := a.Renew(bg, "vpn", l)
+	if err != nil {
+		t.Fatalf("renewal over the leader's own earlier record (version %d, held %d): %v", first.Version, l.Version, err)
+	}
+	if r.Version != l.Version+1 || r.Token != l.Token || r.Server == l.Server {
+		t.Fatalf("renewed %+v over %+v: want version %d, the same token, another server", r, l, l.Version+1)
+	}
+
+	// node-b's record from before node-a acquired: lost, nothing written.
+	b := newStore(t, srv, "node-b")
+	bl := mustAcquire(t, b, "db")
+	al := bl
+	al.Holder, al.Token = "node-a", first.Token
+	other := bl.Raw
+	if _, err := a.Renew(bg, "db", al); !errors.As(err, new(*LostError)) {
+		t.Fatalf("renewal of a record that is another node's: %v, want a loss", err)
+	}
+	if got := srv.Command("GET", "unitlease:lease:db"); got != other {
+		t.Fatalf("the loss wrote %q over %q", got, other)
+	}
+}
