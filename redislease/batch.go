@@ -2,6 +2,9 @@ package redislease
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +37,8 @@ type call struct {
 	ctx    context.Context
 	queue  func(redis.Pipeliner) redis.Cmder
 	cmd    redis.Cmder
-	server string // the identity of the server that answered the pipeline, or ""
+	server string // the identity of the server that answered the pipeline
+	idErr  error  // why the identity could not be read, if it could not
 	done   chan struct{}
 }
 
@@ -52,8 +56,10 @@ func (b *batcher) close() {
 
 // do queues a request and waits for its reply, or for ctx's end: then the
 // request may or may not have been sent, and cmd is nil. server is the
-// identity of the server that answered (Identity), read in the same
-// pipeline on the same connection, or "" if that read failed.
+// identity of the server that answered (identityScript), read in the same
+// pipeline on the same connection. An answer without it is an error (the
+// request may have been carried out): a record from an unknown server
+// could be an older state's.
 func (b *batcher) do(ctx context.Context, queue func(redis.Pipeliner) redis.Cmder) (cmd redis.Cmder, server string, err error) {
 	c := &call{ctx: ctx, queue: queue, done: make(chan struct{})}
 	select {
@@ -70,6 +76,12 @@ func (b *batcher) do(ctx context.Context, queue func(redis.Pipeliner) redis.Cmde
 	}
 	select {
 	case <-c.done:
+		if err := c.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return c.cmd, c.server, err
+		}
+		if c.idErr != nil { // an answer, a missing key (redis.Nil) included
+			return c.cmd, "", fmt.Errorf("reading which server answered (the Redis user needs EVAL and INFO): %w", c.idErr)
+		}
 		return c.cmd, c.server, c.cmd.Err()
 	case <-ctx.Done():
 		return nil, "", ctx.Err()
@@ -125,17 +137,31 @@ func (b *batcher) flush(batch []*call) {
 		sent = append(sent, c)
 	}
 	var server string
+	var idErr error
 	if len(sent) > 0 {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		cancel()
 		b.flushes.Add(1)
-		server, _ = id.Text()
+		server, idErr = id.Text()
+		if idErr == nil && !validIdentity(server) {
+			idErr = fmt.Errorf("unexpected reply %q", server)
+		}
 	}
 	for _, c := range sent {
-		c.server = server
+		c.server, c.idErr = server, idErr
 		close(c.done)
 	}
+}
+
+// validIdentity reports whether id is what identityScript returns: two
+// non-empty hex ids.
+func validIdentity(id string) bool {
+	run, repl, ok := strings.Cut(id, ":")
+	hex := func(s string) bool {
+		return s != "" && strings.Trim(s, "0123456789abcdef") == ""
+	}
+	return ok && hex(run) && hex(repl)
 }
 
 // identityScript returns the identity of the server that runs it: its run

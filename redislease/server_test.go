@@ -2,6 +2,9 @@ package redislease
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/unitlease/unitlease/internal/redistest"
@@ -90,5 +93,26 @@ func TestALeaderRidesThroughARollbackOfItsOwnRenewals(t *testing.T) {
 	}
 	if got := srv.Command("GET", "unitlease:lease:db"); got != other {
 		t.Fatalf("the loss wrote %q over %q", got, other)
+	}
+}
+
+// TestAnAnswerFromAnUnknownServerIsAnError: a Redis user that may not run
+// INFO cannot tell which server answered; every call fails (an
+// observation is not a value, a write's outcome is unknown) with an error
+// that says what the user needs, rather than pass records from an
+// unknown server as trusted.
+func TestAnAnswerFromAnUnknownServerIsAnError(t *testing.T) {
+	noInfo := strings.Replace(ACL("unitlease", "s3cret-pw", "unitlease:"), " +info", "", 1)
+	srv := redistest.Start(t, redistest.Options{Config: []string{noInfo}})
+	pw := filepath.Join(t.TempDir(), "redis.password")
+	if err := os.WriteFile(pw, []byte("s3cret-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := newStore(t, srv, "node-a", func(c *Config) { c.Username, c.PasswordFile = "unitlease", pw })
+	if o, err := a.Observe(bg, "vpn"); err == nil || !strings.Contains(err.Error(), "needs EVAL and INFO") {
+		t.Fatalf("observe without INFO: %+v, %v; want an error naming INFO", o, err)
+	}
+	if _, err := a.Acquire(bg, "vpn", policy.Absent); !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), "needs EVAL and INFO") {
+		t.Fatalf("acquire without INFO: %v; want ErrUnknown naming INFO", err)
 	}
 }
