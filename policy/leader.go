@@ -70,6 +70,7 @@ func (m *Machine) renewed(r Record) {
 		return
 	}
 	moved := m.answeredBy(r)
+	m.top = max(m.top, r.ownVersion())
 	if m.late() {
 		m.held = r
 		m.attemptFailed()

@@ -20,6 +20,12 @@ type Config struct {
 	// Past the first renewal each is exactly retry apart when retry is a
 	// multiple of the grid. At most Retry.
 	RenewGrid time.Duration
+
+	// Identified says the store names the server of every answer
+	// (Record.Server), as redislease does: an answer without a name is
+	// then from an unknown server, trusted no more than another one. A
+	// store that never names one (a test's) leaves it false.
+	Identified bool
 }
 
 // Machine is one node's policy for one lease: standby and leader in one
@@ -62,8 +68,10 @@ type Machine struct {
 	// saw seen replace an earlier value under that same server: a
 	// release it shows happened in that server's history, after what
 	// the node saw before. Only a witnessed release is taken at once.
-	server    string
-	witnessed bool
+	server     string
+	witnessed  bool
+	identified bool   // Config.Identified
+	top        uint64 // the highest version of this lease's own record seen
 	// writerSpan is the lease span of the last record seen present.
 	writerSpan time.Duration
 	lastSent   Instant // when the last successful observation was sent
@@ -97,7 +105,7 @@ func New(c Config) (Machine, error) {
 	if c.RenewGrid < 0 || c.RenewGrid > t.Retry {
 		return Machine{}, fmt.Errorf("policy: renew grid %v must be between 0 and retry (%v)", c.RenewGrid, t.Retry)
 	}
-	return Machine{t: t, grid: Instant(c.RenewGrid), state: Stopping, cause: CauseStartup, rng: c.Seed}, nil
+	return Machine{t: t, grid: Instant(c.RenewGrid), state: Stopping, cause: CauseStartup, rng: c.Seed, identified: c.Identified}, nil
 }
 
 // handle dispatches e to its transition. Each first checks that the event

@@ -117,3 +117,40 @@ func TestAnAcquisitionFromAnotherServerWaitsALeaseSpan(t *testing.T) {
 			d.m.State(), d.now, d.now.Sub(acquired), rt.LeaseSpan)
 	}
 }
+
+// TestAnIdentifiedStoresUnnamedAnswerIsUntrusted: with a store that names
+// the server of every answer (Config.Identified), an answer without a
+// name could come from any server, each time another: a release it shows
+// is not witnessed, its value never ages (redislease reports such an
+// answer as an error instead), and an acquisition it answers waits a
+// lease span before starting. A store that never names one (a test's
+// fake) keeps the shortcut.
+func TestAnIdentifiedStoresUnnamedAnswerIsUntrusted(t *testing.T) {
+	tm := DefaultTiming()
+	rt, _ := tm.Resolved()
+	d := &driver{t: t}
+	var err error
+	if d.m, err = New(Config{Timing: tm, Seed: 1, Identified: true}); err != nil {
+		t.Fatal(err)
+	}
+	d.at(0, ev(Tick)).want(Stopping, StopUnit)
+	d.at(0, ev(UnitStopped)).want(Standby, Observe)
+	d.at(0, seen(on(held("b", 4), "A"))).want(Standby)
+	d.wake().want(Standby, Observe)
+	d.after(0, seen(released("b", 5))).want(Standby)
+	d.pollUntil(released("b", 5), Instant(3*rt.LeaseSpan))
+	if d.has(Acquire) {
+		t.Fatalf("at %v: acquired over a value only unnamed answers showed", d.now)
+	}
+	// Named again, it ages; the unnamed answer to the acquisition waits.
+	d.pollUntil(on(released("b", 5), "A"), d.now+Instant(2*rt.LeaseSpan))
+	if !d.has(Acquire) {
+		t.Fatalf("at %v: never acquired", d.now)
+	}
+	d.after(0, with(AcquireOK, held("a", 6))).want(Confirming).journal(JournalAcquired)
+
+	legacy := booted(t, tm)
+	legacy.at(0, seen(held("b", 4))).want(Standby)
+	legacy.wake().want(Standby, Observe)
+	legacy.after(0, seen(released("b", 5))).want(Acquiring, Acquire)
+}

@@ -13,6 +13,7 @@ func (m *Machine) observed(r Record, o *Output) {
 		return
 	}
 	m.see(r, m.answeredBy(r))
+	m.top = max(m.top, r.ownVersion())
 	if m.mayAcquire() {
 		m.state = Acquiring
 		m.send(Acquire, m.seen, o)
@@ -29,11 +30,17 @@ func (m *Machine) observed(r Record, o *Output) {
 // receipt, which is after the value was written.
 func (m *Machine) see(r Record, moved bool) {
 	gap := m.now.Sub(m.lastSent) > m.t.observeGap()
+	// A version below one seen before is an older state brought back (a
+	// backup written into the running server keeps its identity): a
+	// release it shows is not witnessed. It is aged like any value (the
+	// change of bytes restarts the age once, not at every reading).
+	older := r.Present && r.Other == nil && r.Version < m.top
 	if moved || !m.haveSeen || !r.Same(m.seen) || !r.Present && gap {
-		// A change seen under one server (or a store that does not
-		// tell) is witnessed; a first value, or one under a new server,
-		// is not.
-		m.witnessed = m.haveSeen && !moved || r.Server == ""
+		// A change seen under one server (or from a store that never
+		// tells) is witnessed; a first value, or one under a new or an
+		// unknown server, or an older state, is not.
+		legacy := r.Server == "" && !m.identified // a store that never tells
+		m.witnessed = !moved && !older && (legacy || m.haveSeen && r.Server != "")
 		m.seen, m.seenAt, m.haveSeen = r, m.now, true
 	}
 	if r.Present {
@@ -62,11 +69,22 @@ func (m *Machine) mayAcquire() bool {
 // is another than the one that answered before (both known).
 func (m *Machine) answeredBy(r Record) (moved bool) {
 	if r.Server == "" {
-		return false
+		// Unknown: from a store that never tells, nothing moved; from
+		// one that does (Config.Identified), it may be any server.
+		return m.identified
 	}
 	moved = m.server != "" && r.Server != m.server
 	m.server = r.Server
 	return moved
+}
+
+// ownVersion is the version of this lease's own record, 0 for a missing
+// key or another lease's record.
+func (r Record) ownVersion() uint64 {
+	if !r.Present || r.Other != nil {
+		return 0
+	}
+	return r.Version
 }
 
 // nudge moves the next poll to now.
@@ -101,6 +119,7 @@ func (m *Machine) acquired(r Record, o *Output) {
 		return
 	}
 	moved := m.answeredBy(r)
+	m.top = max(m.top, r.ownVersion())
 	m.holding, m.held, m.anchor, m.attempts = true, r, m.reqAt, 0
 	m.held.Fresh = false
 	o.note(JournalAcquired)

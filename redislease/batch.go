@@ -80,7 +80,7 @@ func (b *batcher) do(ctx context.Context, queue func(redis.Pipeliner) redis.Cmde
 			return c.cmd, c.server, err
 		}
 		if c.idErr != nil { // an answer, a missing key (redis.Nil) included
-			return c.cmd, "", fmt.Errorf("reading which server answered (the Redis user needs EVAL and INFO): %w", c.idErr)
+			return c.cmd, "", fmt.Errorf("%w (the Redis user needs EVAL and INFO): %w", ErrNoIdentity, c.idErr)
 		}
 		return c.cmd, c.server, c.cmd.Err()
 	case <-ctx.Done():
@@ -153,6 +153,11 @@ func (b *batcher) flush(batch []*call) {
 		close(c.done)
 	}
 }
+
+// ErrNoIdentity: an answer came without the identity of the server that
+// gave it (a Redis user that may not run INFO): no record of it is
+// trusted, and every call fails.
+var ErrNoIdentity = errors.New("redislease: cannot tell which Redis server answered")
 
 // validIdentity reports whether id is what identityScript returns: two
 // non-empty hex ids.

@@ -115,4 +115,8 @@ func TestAnAnswerFromAnUnknownServerIsAnError(t *testing.T) {
 	if _, err := a.Acquire(bg, "vpn", policy.Absent); !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), "needs EVAL and INFO") {
 		t.Fatalf("acquire without INFO: %v; want ErrUnknown naming INFO", err)
 	}
+	// What run checks before it starts, and check reports.
+	if err := a.Ping(bg); !errors.Is(err, ErrNoIdentity) {
+		t.Fatalf("ping without INFO: %v; want ErrNoIdentity", err)
+	}
 }

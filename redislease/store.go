@@ -120,11 +120,15 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, s.replyMax)
 }
 
+// Identifies marks a store whose every record names the server that
+// answered (policy.Record.Server; policy.Config.Identified).
+func (s *Store) Identifies() {}
+
 // Observe reads a lease key: policy.Absent when it is missing, else the
-// record decoded once, with its exact bytes. A value that is not a record,
-// or whose version is below one this store has seen, comes with a
-// *GarbageError (and as a present record with Raw alone): the caller must
-// not acquire over it. It is ObserveUnits without units: the lease key
+// record decoded once, with its exact bytes. A value that is not a record
+// comes with a *GarbageError (and as a present record with Raw alone): the
+// caller must not acquire over it. A version below one this store has seen
+// is a value like any other (the store rolled back). It is ObserveUnits without units: the lease key
 // alone.
 func (s *Store) Observe(ctx context.Context, name string) (policy.Record, error) {
 	return s.ObserveUnits(ctx, name, nil)
@@ -529,9 +533,11 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// Ping checks that Redis answers within reply_max.
+// Ping checks that Redis answers within reply_max, and tells which
+// server it is (ErrNoIdentity if it cannot).
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	return s.rdb.Ping(ctx).Err()
+	_, _, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.Ping(ctx) })
+	return err
 }

@@ -60,6 +60,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 		return err
 	}
 	defer store.Close()
+	// A Redis that answers but will not say which server it is would
+	// fail every request: a setup error, not an outage to wait out.
+	if err := store.Ping(ctx); errors.Is(err, redislease.ErrNoIdentity) {
+		return fmt.Errorf("%w: not starting: %w", ErrSetup, err)
+	}
 	warnDurability(ctx, store, log)
 	d := New(cfg, log, store, sd, opts.Unitctl, notify(log))
 	serveErr := make(chan error, 1)

@@ -258,7 +258,9 @@ const RenewGrid = 10
 
 // add starts a supervisor; its first step stops the units (rule 6).
 func (d *Daemon) add(ctx context.Context, lease string, units []string) {
-	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64(), RenewGrid: d.cfg.Timing.Retry / RenewGrid})
+	_, identified := d.store.(interface{ Identifies() })
+	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64(), RenewGrid: d.cfg.Timing.Retry / RenewGrid,
+		Identified: identified})
 	if err != nil {
 		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
 		return
