@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// Durability is what Redis promises about acknowledged writes (DESIGN.md
-// rule 7: none may be lost, or a restart can hand the lease to a second
-// holder while the first still runs).
+// Durability is what Redis promises about acknowledged writes. A lost one
+// is safe (DESIGN.md rules 7 and 8: the nodes see another server answer
+// and age what it holds) but costs a lease span of waiting; the findings
+// say what each setting costs.
 type Durability struct {
 	AppendOnly        string `json:"appendonly"`
 	AppendFsync       string `json:"appendfsync"`
@@ -41,15 +42,15 @@ func (s *Store) Durability(ctx context.Context) Durability {
 	lose := func(f string) { d.CanLoseAcked = true; d.Findings = append(d.Findings, f) }
 	switch {
 	case d.AppendOnly != "yes":
-		lose("appendonly is " + d.AppendOnly + ": a restart loses every write since the last snapshot, and a lost lease key lets a standby start after one lease span while the old holder may still run; set appendonly yes and appendfsync always")
+		lose("appendonly is " + d.AppendOnly + ": a restart loses every write since the last snapshot; a leader whose key is gone stops its units, and they start elsewhere a lease span later (never sooner: every node ages a missing key); set appendonly yes")
 	case d.AppendFsync != "always":
-		lose("appendfsync is " + d.AppendFsync + ": a crash can lose up to a second of acknowledged writes; set appendfsync always")
+		lose("appendfsync is " + d.AppendFsync + ": a crash can lose up to a second of acknowledged writes; that is safe (every node learns that another Redis process answers, leaders renew over their own earlier records, standbys age what they see for a lease span), and costs that wait after a crash; appendfsync always avoids it")
 	}
 	switch {
 	case d.Role == "slave" || d.Role == "replica":
 		lose("this is a replica: lease writes will fail; point url at the primary")
 	case d.ConnectedReplicas > 0:
-		lose(fmt.Sprintf("%d replicas are attached and replication is asynchronous: a failover can lose acknowledged writes; rely on the primary's appendfsync always and do not fail over automatically", d.ConnectedReplicas))
+		lose(fmt.Sprintf("%d replicas are attached and replication is asynchronous: a failover can lose acknowledged writes, which the nodes detect (the replica is another server) and wait out; promote a replica only once the old primary is stopped: one that still takes writes after the promotion can let two copies run", d.ConnectedReplicas))
 	}
 	if !d.CanLoseAcked {
 		d.Findings = append(d.Findings, "appendonly yes, appendfsync always, no replicas: an acknowledged write survives a crash")
