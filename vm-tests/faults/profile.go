@@ -99,9 +99,13 @@ func (b bounds) crash(start time.Duration) (time.Duration, string) {
 // standby ages the old lease's released record of the unit from when it
 // reads it, up to a poll after the release (the release wakes the old
 // lease's standbys, not the new one's), then as a missing key.
-func (b bounds) moved(start time.Duration) (time.Duration, string) {
-	return b.leaseSpan + 2*b.pollMax + b.confirm + start, fmt.Sprintf("lease span %v + 2 poll_max %v + confirm wait %v + start %v",
+func (b bounds) moved(start, spread time.Duration) (time.Duration, string) {
+	parts := fmt.Sprintf("lease span %v + 2 poll_max %v + confirm wait %v + start %v",
 		b.leaseSpan, b.pollMax, b.confirm, start.Round(time.Millisecond))
+	if spread > 0 {
+		parts = fmt.Sprintf("reloads spread over %v + %s", spread.Round(time.Millisecond), parts)
+	}
+	return spread + b.leaseSpan + 2*b.pollMax + b.confirm + start, parts
 }
 
 func (b bounds) missing(start time.Duration) (time.Duration, string) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,12 @@ type scenario struct {
 // measured is what a fault learns besides the witness log.
 type measured struct {
 	reboot time.Duration // every node down and up again
+	// spread: from the first node's daemon-reload to the last's. Until
+	// the last node reloads, a node that still has the old annotation
+	// takes the old lease over a release it saw (and gives it back at
+	// its own reload): the new lease ages the old one's record from its
+	// last change.
+	spread time.Duration
 	check  func(s *session, r *Run, h Handover)
 }
 
@@ -330,7 +337,7 @@ func (s *session) measure(r *Run, m *measured, end time.Duration) {
 		case kMissing:
 			r.Bound, r.BoundParts = s.b.missing(start)
 		case kMoved:
-			r.Bound, r.BoundParts = s.b.moved(start)
+			r.Bound, r.BoundParts = s.b.moved(start, m.spread)
 		case kReboot:
 			r.Bound, r.BoundParts = s.b.reboot(m.reboot, start)
 		case kHandoff:
@@ -776,15 +783,27 @@ func faultReannotate(s *session, leader *vmtests.Node, r *Run, m *measured) erro
 	lease := fmt.Sprintf("demo-%d", r.Index)
 	unit := vmtests.WitnessUnit("witness-"+s.sc.name, s.sc.args, lease)
 	r.Fault = monotonic()
+	var mu sync.Mutex
+	var first, last time.Duration
 	if err := eachNode(s.c.Nodes, func(n *vmtests.Node) error {
 		if err := n.WriteFile(s.ctx, "/etc/systemd/system/demo.service", []byte(unit), 0o644); err != nil {
 			return err
 		}
-		_, err := s.runIn(n, "systemctl", "daemon-reload")
-		return err
+		if _, err := s.runIn(n, "systemctl", "daemon-reload"); err != nil {
+			return err
+		}
+		done := monotonic()
+		mu.Lock()
+		defer mu.Unlock()
+		if first == 0 || done < first {
+			first = done
+		}
+		last = max(last, done)
+		return nil
 	}); err != nil {
 		return err
 	}
+	m.spread = last - first
 	s.lease = lease
 	return s.waitRestarted(r.Fault)
 }
