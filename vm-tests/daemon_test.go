@@ -183,23 +183,30 @@ func TestDaemonExactlyOneRuns(t *testing.T) {
 }
 
 // handover checks from the witness log that old stopped before new
-// started, and returns the gap.
+// started, and returns the gap. The unit is active (Type=simple) as soon
+// as the witness is forked, a moment before it writes its start record:
+// the log is read again until that record is there, for up to 10 s.
 func (d *daemons) handover(old, new *Node) time.Duration {
 	d.t.Helper()
 	d.noViolations()
-	var stopped, started time.Duration = -1, -1
-	for _, r := range d.Records() {
-		switch {
-		case r.What == "stop" && r.Node == old.Name:
-			stopped = r.At
-		case r.What == "start" && r.Node == new.Name && started < 0 && stopped >= 0:
-			started = r.At
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var stopped, started time.Duration = -1, -1
+		for _, r := range d.Records() {
+			switch {
+			case r.What == "stop" && r.Node == old.Name:
+				stopped = r.At
+			case r.What == "start" && r.Node == new.Name && started < 0 && stopped >= 0:
+				started = r.At
+			}
 		}
+		if stopped >= 0 && started >= stopped {
+			return started - stopped
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("witness log does not show %s stopping before %s starts: %+v", old.Name, new.Name, d.Records())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	if stopped < 0 || started < 0 || started < stopped {
-		d.t.Fatalf("witness log does not show %s stopping before %s starts: %+v", old.Name, new.Name, d.Records())
-	}
-	return started - stopped
 }
 
 // status returns the lease "demo" as n's daemon reports it.
