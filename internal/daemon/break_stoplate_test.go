@@ -8,7 +8,6 @@ package daemon
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,8 +15,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/unitlease/unitlease/internal/config"
-	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
@@ -116,28 +113,9 @@ func killedAt(ps []time.Time, from, end time.Time, interval time.Duration) time.
 func stopTimesOut(t *testing.T, timing policy.Timing, interval, abort time.Duration) (deadline, killed time.Time, tm policy.Timing) {
 	sd := &timeoutStop{fakeSystemd: newFakeSystemd(map[string]string{"db.service": "db"})}
 	store := &stampStore{memStore: newMemStore()}
-	timing.Allowance = KillAllowance(interval, abort)
-	tm, err := timing.Resolved()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	var p pings
-	d := New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(logs, slog.LevelInfo), store, sd, unitctl.Config{}, func(s string) {
-		if s == "WATCHDOG=1" {
-			p.add(time.Now())
-		}
-	})
-	d.clock = stillClock()
-	ctx, cancel := context.WithCancel(t.Context())
+	w, cancel := leadWatched(t, store, sd, timing, interval, abort, 0)
 	defer cancel()
-	d.Reload(ctx)
-	go d.watchdog(ctx, interval)
-	time.Sleep(20 * tm.LeaseSpan)
-	synctest.Wait()
-	if !sd.isActive("db.service") {
-		t.Fatalf("not leading:\n%s", logs)
-	}
+	tm, logs, p := w.tm, w.logs, w.p
 	cut := time.Now()
 	sd.hang.Store(true)
 	store.cut.Store(true)
@@ -211,30 +189,11 @@ func TestBreakStopLateLossWithoutReload(t *testing.T) {
 func lossThenHang(t *testing.T, interval time.Duration, between func(ctx context.Context, d *Daemon, sd *hangStop)) (deadline, last time.Time, logs *syncBuffer) {
 	sd := &hangStop{fakeSystemd: newFakeSystemd(map[string]string{"db.service": "db"}), release: make(chan struct{})}
 	store := &stampStore{memStore: newMemStore()}
-	timing := testTiming
-	timing.Allowance = KillAllowance(interval, 100*time.Millisecond)
-	tm, err := timing.Resolved()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs = &syncBuffer{}
-	var p pings
-	d := New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(logs, slog.LevelInfo), store, sd, unitctl.Config{}, func(s string) {
-		if s == "WATCHDOG=1" {
-			p.add(time.Now())
-		}
-	})
-	d.clock = stillClock()
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	defer close(sd.release)
-	d.Reload(ctx)
-	go d.watchdog(ctx, interval)
-	time.Sleep(30 * time.Second)
-	synctest.Wait()
-	if !sd.isActive("db.service") {
-		t.Fatalf("not leading after 30s:\n%s", logs)
-	}
+	w, cancel := leadWatched(t, store, sd, testTiming, interval, 100*time.Millisecond, 30*time.Second)
+	defer cancel()
+	d, ctx, tm, p := w.d, w.ctx, w.tm, w.p
+	logs = w.logs
 	sd.hang.Store(true)
 	store.steal("db")
 	for !strings.Contains(logs.String(), "lost") {
@@ -299,28 +258,9 @@ func TestBreakStopLateStaleByThreshold(t *testing.T) {
 func handoffSlowStop(t *testing.T, timing policy.Timing, interval, abort time.Duration, phase float64, take time.Duration) bool {
 	sd := &timeoutStop{fakeSystemd: newFakeSystemd(map[string]string{"db.service": "db"})}
 	store := &stampStore{memStore: newMemStore()}
-	timing.Allowance = KillAllowance(interval, abort)
-	tm, err := timing.Resolved()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	var p pings
-	d := New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(logs, slog.LevelInfo), store, sd, unitctl.Config{}, func(s string) {
-		if s == "WATCHDOG=1" {
-			p.add(time.Now())
-		}
-	})
-	d.clock = stillClock()
-	ctx, cancel := context.WithCancel(t.Context())
+	w, cancel := leadWatched(t, store, sd, timing, interval, abort, 0)
 	defer cancel()
-	d.Reload(ctx)
-	go d.watchdog(ctx, interval)
-	time.Sleep(20 * tm.LeaseSpan)
-	synctest.Wait()
-	if !sd.isActive("db.service") {
-		t.Fatalf("not leading:\n%s", logs)
-	}
+	d, ctx, tm, logs, p := w.d, w.ctx, w.tm, w.logs, w.p
 	since := time.Now()
 	for !store.lastSent().After(since) {
 		time.Sleep(time.Millisecond)

@@ -82,6 +82,53 @@ func (p *pings) all() []time.Time {
 	return append([]time.Time(nil), p.at...)
 }
 
+// watched is a daemon that leads db.service with the real watchdog
+// goroutine, its pings recorded.
+type watched struct {
+	d    *Daemon
+	tm   policy.Timing // resolved, with the watchdog's allowance
+	logs *syncBuffer
+	p    *pings
+	ctx  context.Context
+}
+
+// leadWatched starts a daemon over store and sd with timing given
+// KillAllowance(interval, abort), and its watchdog of interval; it waits
+// lead (fake time; 0: twenty lease spans) and fails unless db.service is
+// active then. Cancel ends it.
+func leadWatched(t *testing.T, store LeaseStore, sd interface {
+	Manager
+	isActive(string) bool
+}, timing policy.Timing, interval, abort, lead time.Duration) (*watched, context.CancelFunc) {
+	t.Helper()
+	timing.Allowance = KillAllowance(interval, abort)
+	tm, err := timing.Resolved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &watched{tm: tm, logs: &syncBuffer{}, p: &pings{}}
+	w.d = New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(w.logs, slog.LevelInfo), store, sd, unitctl.Config{}, func(s string) {
+		if s == "WATCHDOG=1" {
+			w.p.add(time.Now())
+		}
+	})
+	w.d.clock = stillClock()
+	ctx, cancel := context.WithCancel(t.Context())
+	w.ctx = ctx
+	w.d.Reload(ctx)
+	go w.d.watchdog(ctx, interval)
+	if lead == 0 {
+		lead = 20 * tm.LeaseSpan
+	}
+	time.Sleep(lead)
+	synctest.Wait()
+	if !sd.isActive("db.service") {
+		cancel()
+		t.Fatalf("not leading after %v:\n%s", lead, w.logs)
+	}
+	return w, cancel
+}
+
 func stillClock() supervisor.Clock {
 	return supervisor.SuspendClock(func() (supervisor.Offset, error) { return supervisor.Offset{}, nil })
 }
@@ -581,29 +628,9 @@ func TestBreakWatchdogPingsWhileAStopHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sd := &hangStop{fakeSystemd: newFakeSystemd(map[string]string{"db.service": "db"}), release: make(chan struct{})}
 		store := &cutStore{memStore: newMemStore()}
-		timing := testTiming
-		timing.Allowance = KillAllowance(interval, abort)
-		tm, err := timing.Resolved()
-		if err != nil {
-			t.Fatal(err)
-		}
-		logs := &syncBuffer{}
-		var p pings
-		d := New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(logs, slog.LevelInfo), store, sd, unitctl.Config{}, func(s string) {
-			if s == "WATCHDOG=1" {
-				p.add(time.Now())
-			}
-		})
-		d.clock = stillClock()
-		ctx, cancel := context.WithCancel(t.Context())
+		w, cancel := leadWatched(t, store, sd, testTiming, interval, abort, 30*time.Second)
 		defer cancel()
-		d.Reload(ctx)
-		go d.watchdog(ctx, interval)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
-		if !sd.isActive("db.service") {
-			t.Fatalf("not leading after 30s:\n%s", logs)
-		}
+		tm, p := w.tm, w.p
 		// Redis unreachable from the leader, and systemd slow to take
 		// the stop: the stop call hangs.
 		cut := time.Now()
