@@ -3,11 +3,13 @@ package redislease
 // ACL returns a redis.conf `user` line granting exactly what unitlease
 // needs under prefix: read and write its lease keys (only through the
 // scripts, in practice), publish and subscribe on its events channels, list
-// its keys for `status`, and read the persistence settings for `check`.
+// its keys for `status`, read the persistence settings for `check`, and
+// read the server's clock (TIME, in the acquire and reset scripts: the
+// version floor).
 // The password is stored as given; in production use ACL SETUSER with a
 // #<sha256> hash instead (see the README).
 func ACL(user, password, prefix string) string {
 	return "user " + user + " on >" + password + " resetchannels ~" + prefix + "* &" + prefix + "events:* " +
 		"-@all +get +set +mget +scan +publish +subscribe +unsubscribe +pubsub|numsub +evalsha +eval +script|load " +
-		"+ping +config|get +info"
+		"+ping +time +config|get +info"
 }

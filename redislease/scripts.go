@@ -26,7 +26,19 @@ import "github.com/redis/go-redis/v9"
 // escaped, and versions are formatted with %d so Lua never writes 1e+15.
 
 // recordLua builds the record for holder, version, token, state, span.
+// nowms is the answering server's clock in milliseconds (TIME): the floor
+// of every version an acquisition or a reset writes. Renewals add one to
+// the version, far fewer than one per millisecond, so a tenure's versions
+// stay below its acquisition's time plus the milliseconds it lasted, and
+// an acquisition made a lease span after the writes a rollback lost
+// writes a larger version than any of them (the fencing token stays
+// strictly increasing) while the servers' clocks agree within a lease
+// span.
 const recordLua = `
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local function record(holder, version, token, state, span)
   return '{"holder":"' .. holder .. '","version":' .. string.format('%d', version) ..
     ',"token":"' .. token .. '","state":"' .. state .. '","lease_span_ms":' .. span .. '}'
@@ -92,8 +104,10 @@ end
 // bytes observed, the unit keys included: a unit key that names another
 // lease's live record other than the one aged is refused ('claimed'). The
 // new version is one above both the old one and the caller's floor (the
-// highest version it has seen, which survives a Redis data loss). The unit
-// keys are claimed: each gets the new record under this lease's name.
+// highest version it has seen, which survives a Redis data loss) and the
+// server's clock in milliseconds (recordLua's nowms: above every version
+// a rollback lost). The unit keys are claimed: each gets the new record
+// under this lease's name.
 var acquireScript = redis.NewScript(recordLua + `
 local cur = redis.call('GET', KEYS[1])
 if ARGV[2] == '1' then
@@ -111,6 +125,8 @@ if cur then
   if rec.state == 'stop_failed' then return {'conflict', cur} end
   if rec.version > version then version = rec.version end
 end
+local now = nowms()
+if now > version then version = now end
 -- Each unit key must hold exactly what the caller saw of another lease
 -- there (its record in any state), or nothing of another lease. A
 -- missing one makes the acquisition fresh: it could come back missing
@@ -264,7 +280,8 @@ return {'ok', new}
 // overwriteScript is the operator's escape hatch: KEYS[1] lease key. ARGV:
 // expected value, "1" if expected missing, holder, token, version, ttl ms,
 // events channel. It replaces exactly the value the operator was shown
-// (garbage included) with a released record.
+// (garbage included) with a released record, at the version given or the
+// server's clock in milliseconds, whichever is higher (as acquire).
 var overwriteScript = redis.NewScript(recordLua + `
 local cur = redis.call('GET', KEYS[1])
 if ARGV[2] == '1' then
@@ -273,7 +290,10 @@ elseif cur ~= ARGV[1] then
   if cur then return {'conflict', cur} end
   return {'conflict'}
 end
-local new = record(ARGV[3], tonumber(ARGV[5]), ARGV[4], 'released', '0')
+local version = tonumber(ARGV[5])
+local now = nowms() + 1
+if now > version then version = now end
+local new = record(ARGV[3], version, ARGV[4], 'released', '0')
 redis.call('SET', KEYS[1], new, 'PX', ARGV[6])
 redis.call('PUBLISH', ARGV[7], new)
 return {'ok', new}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +41,22 @@ func mustObserve(t testing.TB, s *Store, name string) policy.Record {
 	return o
 }
 
+// serverMillis is the server's clock in milliseconds (TIME), which an
+// acquisition's version is at least.
+func serverMillis(t testing.TB, srv *redistest.Server) uint64 {
+	t.Helper()
+	f := strings.Fields(srv.Command("TIME"))
+	if len(f) != 2 {
+		t.Fatalf("TIME: %q", f)
+	}
+	sec, err1 := strconv.ParseUint(f[0], 10, 64)
+	usec, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("TIME: %q", f)
+	}
+	return sec*1000 + usec/1000
+}
+
 func mustAcquire(t testing.TB, s *Store, name string) policy.Record {
 	t.Helper()
 	l, err := s.Acquire(bg, name, mustObserve(t, s, name))
@@ -57,12 +74,13 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if seen.Present {
 		t.Fatalf("fresh key observed as %q", seen.Raw)
 	}
+	before := serverMillis(t, srv)
 	l, err := a.Acquire(bg, "vpn", seen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Holder != "node-a" || l.Version != 1 || l.Released || l.LeaseSpan != 37*time.Second {
-		t.Fatalf("acquired %+v", l)
+	if l.Holder != "node-a" || l.Version <= before || l.Released || l.LeaseSpan != 37*time.Second {
+		t.Fatalf("acquired %+v, want a version above the server's clock %d ms", l, before)
 	}
 	if got := srv.Command("GET", "unitlease:lease:vpn"); got != Encode(l) || got != l.Raw {
 		t.Fatalf("stored %s, Encode gives %s, the record read back %s", got, Encode(l), l.Raw)
@@ -78,17 +96,17 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 
 	l2, err := a.Renew(bg, "vpn", l)
-	if err != nil || l2.Version != 2 || l2.Token != l.Token {
+	if err != nil || l2.Version != l.Version+1 || l2.Token != l.Token {
 		t.Fatalf("renew: %+v %v", l2, err)
 	}
 	// Renewing the old version again is a loss: the version moved on.
 	var lost *LostError
-	if _, err := a.renew(bg, "vpn", nil, l); !errors.As(err, &lost) || lost.Current.Version != 2 {
+	if _, err := a.renew(bg, "vpn", nil, l); !errors.As(err, &lost) || lost.Current.Version != l2.Version {
 		t.Fatalf("renew of a stale version: %v", err)
 	}
 
 	rel, err := a.Release(bg, "vpn", l2)
-	if err != nil || !rel.Released || rel.Version != 3 || rel.Holder != "node-a" {
+	if err != nil || !rel.Released || rel.Version != l2.Version+1 || rel.Holder != "node-a" {
 		t.Fatalf("release: %+v %v", rel, err)
 	}
 	if _, err := a.Renew(bg, "vpn", l2); !errors.As(err, &lost) {
@@ -100,7 +118,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 
 	// A standby acquires over a released record at once.
 	lb, err := b.Acquire(bg, "vpn", mustObserve(t, b, "vpn"))
-	if err != nil || lb.Holder != "node-b" || lb.Version != 4 {
+	if err != nil || lb.Holder != "node-b" || lb.Version <= rel.Version {
 		t.Fatalf("acquire over released: %+v %v", lb, err)
 	}
 	if lb.Token == l.Token {
@@ -135,7 +153,7 @@ func TestRenewAfterUnansweredCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	next, err := a.Renew(bg, "db", l)
-	if err != nil || next.Version != 3 {
+	if err != nil || next.Version != l.Version+2 {
 		t.Fatalf("renew from a version behind our own commit: %+v %v", next, err)
 	}
 }
@@ -157,8 +175,8 @@ func TestRenewMissingAndRestartWithoutPersistence(t *testing.T) {
 	// Acquiring again continues above every version this node has seen,
 	// so nobody sees the version go backwards.
 	b := mustAcquire(t, a, "vpn")
-	if b.Version != 2 {
-		t.Fatalf("version after data loss: %d, want 2", b.Version)
+	if b.Version <= l.Version {
+		t.Fatalf("version after data loss: %d, want above %d", b.Version, l.Version)
 	}
 }
 
@@ -238,7 +256,8 @@ func TestGarbageIsReportedNotOverwritten(t *testing.T) {
 // TestVersionGoingBackwardsIsAValue: a store that rolled back shows an
 // older version; it is a value like any other (a standby ages it), never
 // garbage, and an acquisition over it writes a version above every one
-// this node has seen: the version stays a fencing token.
+// the lost tenure wrote, whether or not the acquiring node saw them, and
+// above every one this node has seen: the version stays a fencing token.
 func TestVersionGoingBackwardsIsAValue(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	a := newStore(t, srv, "node-a")
@@ -246,28 +265,49 @@ func TestVersionGoingBackwardsIsAValue(t *testing.T) {
 	for range 3 {
 		l, _ = a.Renew(bg, "vpn", l)
 	}
+	// The rollback loses node-a's tenure: the key holds an earlier
+	// tenure's released record, below every version node-a wrote.
 	old := l
-	old.Version = 2
+	old.Holder, old.Version, old.Released = "node-z", 2, true
 	srv.Command("SET", "unitlease:lease:vpn", Encode(old))
 	o, err := a.Observe(bg, "vpn")
 	if err != nil || o.Version != 2 || o.Raw != Encode(old) {
 		t.Fatalf("observe an older version: %+v, %v; want version 2 and no error", o, err)
 	}
+	// node-b never saw node-a's versions: the server's clock puts its
+	// acquisition above them all the same.
 	b := newStore(t, srv, "node-b")
-	b.floor["vpn"] = 9 // node-b saw version 9 before the rollback
 	n, err := b.Acquire(bg, "vpn", mustObserve(t, b, "vpn"))
-	if err != nil || n.Version != 10 {
-		t.Fatalf("acquire over the older version: %+v, %v; want version 10, above the 9 node-b has seen", n, err)
+	if err != nil || n.Version <= l.Version {
+		t.Fatalf("acquire over the rolled-back record: %+v, %v; want a version above the lost %d", n, err, l.Version)
+	}
+	// A node that saw a version above the clock (a server whose clock
+	// was ahead) acquires above that too.
+	srv.Command("SET", "unitlease:lease:vpn", Encode(old))
+	c := newStore(t, srv, "node-c")
+	c.floor["vpn"] = n.Version + 1_000_000
+	m, err := c.Acquire(bg, "vpn", mustObserve(t, c, "vpn"))
+	if err != nil || m.Version != n.Version+1_000_001 {
+		t.Fatalf("acquire with a floor above the clock: %+v, %v; want version %d", m, err, n.Version+1_000_001)
+	}
+	// reset, from a node that saw nothing (the operator's fresh command),
+	// over the rolled-back record: its released record is above every
+	// version the lost tenures wrote, so standbys take it as news.
+	srv.Command("SET", "unitlease:lease:vpn", Encode(old))
+	d := newStore(t, srv, "node-d")
+	r, err := d.Overwrite(bg, "vpn", mustObserve(t, d, "vpn"))
+	if err != nil || !r.Released || r.Version <= n.Version {
+		t.Fatalf("reset over the rolled-back record: %+v, %v; want a released record above version %d", r, err, n.Version)
 	}
 }
 
 // Two contenders race for the same observed value, 10,000 times: exactly
-// one wins each round and the version rises by one.
+// one wins each round and the version rises.
 func TestRacingAcquireOneWinner(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	stores := []*Store{newStore(t, srv, "node-a"), newStore(t, srv, "node-b")}
 	const rounds = 10_000
-	var version uint64
+	var version, last uint64
 	for round := range rounds {
 		var wg sync.WaitGroup
 		results := make([]error, 2)
@@ -290,9 +330,10 @@ func TestRacingAcquireOneWinner(t *testing.T) {
 		if winners != 1 {
 			t.Fatalf("round %d: %d winners (%v)", round, winners, results)
 		}
-		if version != uint64(round+1) {
-			t.Fatalf("round %d: version %d", round, version)
+		if version <= last {
+			t.Fatalf("round %d: version %d, not above %d", round, version, last)
 		}
+		last = version
 	}
 }
 
