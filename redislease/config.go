@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,7 +40,23 @@ type Config struct {
 	// PoolSize is the number of connections; 0 means 16, plenty for a
 	// thousand leases renewed every few seconds.
 	PoolSize int
+
+	// Sentinels, when set, are the host:port addresses of the Redis
+	// Sentinels that watch MasterName: the store asks them for the
+	// master and follows it through a failover. URL must be empty then;
+	// DB and TLS say what its path and scheme would. Username,
+	// PasswordFile and the TLS files apply to the master.
+	Sentinels  []string
+	MasterName string
+	DB         int
+	TLS        bool
+	// SentinelUsername and SentinelPasswordFile authenticate to the
+	// sentinels (requirepass or an ACL user in sentinel.conf).
+	SentinelUsername, SentinelPasswordFile string
 }
+
+// Sentinel reports whether the store follows a master through Sentinel.
+func (c Config) Sentinel() bool { return len(c.Sentinels) > 0 }
 
 // ErrConfig reports a configuration the store cannot use; every
 // *ConfigError matches it.
@@ -81,15 +99,9 @@ func (c Config) options() (*redis.Options, error) {
 	if c.ReplyMax <= 0 || c.LeaseSpan <= 0 {
 		return nil, configErr("", "reply_max %v and lease_span %v must be positive", c.ReplyMax, c.LeaseSpan)
 	}
-	if err := notReplicated(c.URL); err != nil {
-		return nil, err
-	}
-	opt, err := redis.ParseURL(c.URL)
+	opt, err := c.master()
 	if err != nil {
-		return nil, configErr("url", "%v", redactURLError(err, c.URL))
-	}
-	if opt.Password != "" {
-		return nil, configErr("url", "a password in the URL would show wherever the URL is printed; put it in password_file")
+		return nil, err
 	}
 	if c.Username != "" {
 		opt.Username = c.Username
@@ -120,6 +132,87 @@ func (c Config) options() (*redis.Options, error) {
 	return opt, nil
 }
 
+// master is the URL's options, or for Sentinel those its keys give.
+func (c Config) master() (*redis.Options, error) {
+	if !c.Sentinel() {
+		if c.MasterName != "" || c.SentinelUsername != "" || c.SentinelPasswordFile != "" {
+			return nil, configErr("", "master_name, sentinel_username and sentinel_password_file need sentinels")
+		}
+		if c.TLS || c.DB != 0 {
+			return nil, configErr("", "tls and db go with sentinels; with url, say rediss:// and the database in the URL")
+		}
+		if err := notReplicated(c.URL); err != nil {
+			return nil, err
+		}
+		opt, err := redis.ParseURL(c.URL)
+		if err != nil {
+			return nil, configErr("url", "%v", redactURLError(err, c.URL))
+		}
+		if opt.Password != "" {
+			return nil, configErr("url", "a password in the URL would show wherever the URL is printed; put it in password_file")
+		}
+		return opt, nil
+	}
+	switch {
+	case c.URL != "":
+		return nil, configErr("", "url and sentinels are alternatives: with sentinels, the master is the one they name (master_name)")
+	case c.MasterName == "":
+		return nil, configErr("master_name", "sentinels need the name of the master they monitor (the NAME of `sentinel monitor NAME host port quorum`)")
+	case c.DB < 0:
+		return nil, configErr("db", "%d is negative", c.DB)
+	}
+	for _, a := range c.Sentinels {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" {
+			return nil, configErr("sentinels", "%q is not host:port", a)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, configErr("sentinels", "%q: port %q is not a port number", a, port)
+		}
+	}
+	opt := &redis.Options{DB: c.DB}
+	if c.TLS {
+		opt.TLSConfig = &tls.Config{}
+	}
+	return opt, nil
+}
+
+// failover is the go-redis failover client's options: opt for the master
+// and its replicas, the sentinels' addresses and credentials.
+func (c Config) failover(opt *redis.Options) (*redis.FailoverOptions, error) {
+	fo := &redis.FailoverOptions{
+		MasterName:       c.MasterName,
+		SentinelAddrs:    c.Sentinels,
+		SentinelUsername: c.SentinelUsername,
+		Protocol:         opt.Protocol,
+		Username:         opt.Username,
+		Password:         opt.Password,
+		DB:               opt.DB,
+		MaxRetries:       opt.MaxRetries,
+		DialTimeout:      opt.DialTimeout,
+		ReadTimeout:      opt.ReadTimeout,
+		WriteTimeout:     opt.WriteTimeout,
+		PoolSize:         opt.PoolSize,
+		PoolTimeout:      opt.PoolTimeout,
+		TLSConfig:        opt.TLSConfig,
+		DisableIdentity:  opt.DisableIdentity,
+
+		ContextTimeoutEnabled:   opt.ContextTimeoutEnabled,
+		ReadBufferSize:          opt.ReadBufferSize,
+		WriteBufferSize:         opt.WriteBufferSize,
+		PipelineReadBufferSize:  opt.PipelineReadBufferSize,
+		PipelineWriteBufferSize: opt.PipelineWriteBufferSize,
+	}
+	if c.SentinelPasswordFile != "" {
+		pw, err := readSecretKey("sentinel_password_file", c.SentinelPasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		fo.SentinelPassword = pw
+	}
+	return fo, nil
+}
+
 // notReplicated refuses the URLs of Redis Sentinel and Cluster (go-redis's
 // master_name and addr parameters, or a sentinel scheme) with the reason.
 // Sentinel's failover promotes a replica that was copied asynchronously:
@@ -135,7 +228,7 @@ func notReplicated(raw string) error {
 	q := u.Query()
 	switch {
 	case strings.Contains(u.Scheme, "sentinel") || q.Has("master_name"):
-		return configErr("url", "Redis Sentinel is not supported: its failover promotes an asynchronously copied replica, which can miss an acknowledged write and let two nodes hold one lease; use one Redis with appendonly yes and appendfsync always")
+		return configErr("url", "Sentinel is not configured through the URL: set sentinels and master_name instead of url")
 	case q.Has("addr"):
 		return configErr("url", "several addresses (Redis Cluster) are not supported: a Cluster fails over to asynchronous replicas too; use one Redis with appendonly yes and appendfsync always")
 	}
@@ -152,21 +245,24 @@ func redactURLError(err error, url string) string {
 
 // readSecret reads a password file, refusing one that group or others can
 // read.
-func readSecret(path string) (string, error) {
+func readSecret(path string) (string, error) { return readSecretKey("password_file", path) }
+
+// readSecretKey is readSecret for the file that key names.
+func readSecretKey(key, path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return "", configErr("password_file", "%v", err)
+		return "", configErr(key, "%v", err)
 	}
 	if perm := st.Mode().Perm(); perm&0o044 != 0 {
-		return "", configErr("", "password_file %s: mode %04o lets group or others read it; chmod 0600 %s", path, perm, path)
+		return "", configErr("", "%s %s: mode %04o lets group or others read it; chmod 0600 %s", key, path, perm, path)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", configErr("password_file", "%v", err)
+		return "", configErr(key, "%v", err)
 	}
 	pw := strings.TrimRight(string(b), "\r\n")
 	if pw == "" || strings.ContainsAny(pw, "\r\n") {
-		return "", configErr("", "password_file %s: want the password on one line", path)
+		return "", configErr("", "%s %s: want the password on one line", key, path)
 	}
 	return pw, nil
 }
@@ -174,6 +270,9 @@ func readSecret(path string) (string, error) {
 func (c Config) tls(opt *redis.Options) error {
 	if opt.TLSConfig == nil {
 		if c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" {
+			if c.Sentinel() {
+				return configErr("", "ca_file, cert_file and key_file need tls = true")
+			}
 			return configErr("", "ca_file, cert_file and key_file need a rediss:// url")
 		}
 		return nil
@@ -206,6 +305,9 @@ func (c Config) tls(opt *redis.Options) error {
 // Check validates the configuration (reading the password and certificate
 // files) without connecting.
 func (c Config) Check() error {
-	_, err := c.options()
+	opt, err := c.options()
+	if err == nil && c.Sentinel() {
+		_, err = c.failover(opt)
+	}
 	return err
 }

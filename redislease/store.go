@@ -79,7 +79,16 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	rdb := redis.NewClient(opt)
+	var rdb *redis.Client
+	if cfg.Sentinel() {
+		fo, err := cfg.failover(opt)
+		if err != nil {
+			return nil, err
+		}
+		rdb = redis.NewFailoverClient(fo)
+	} else {
+		rdb = redis.NewClient(opt)
+	}
 	return &Store{
 		rdb:       rdb,
 		batch:     newBatcher(rdb, cfg.ReplyMax),

@@ -47,6 +47,14 @@ type Redis struct {
 	CertFile     string `toml:"cert_file"`
 	KeyFile      string `toml:"key_file"`
 	PoolSize     int    `toml:"pool_size"`
+
+	// Sentinel: the master the sentinels name, instead of url.
+	Sentinels            []string `toml:"sentinels"`
+	MasterName           string   `toml:"master_name"`
+	DB                   int      `toml:"db"`
+	TLS                  bool     `toml:"tls"`
+	SentinelUsername     string   `toml:"sentinel_username"`
+	SentinelPasswordFile string   `toml:"sentinel_password_file"`
 }
 
 // file is the document as written: durations stay strings until their
@@ -183,7 +191,7 @@ func (c *Config) node(v *string, at func(key, msg string) error) error {
 }
 
 func (c *Config) redisDefaults(at func(key, msg string) error) error {
-	if c.Redis.URL == "" {
+	if c.Redis.URL == "" && len(c.Redis.Sentinels) == 0 {
 		c.Redis.URL = "redis://127.0.0.1:6379/0"
 	}
 	if c.Redis.KeyPrefix == "" {
@@ -259,6 +267,8 @@ func (c *Config) RedisConfig() redislease.Config {
 		URL: r.URL, Username: r.Username, PasswordFile: r.PasswordFile,
 		CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile,
 		KeyPrefix: r.KeyPrefix, Node: c.Node, PoolSize: r.PoolSize,
+		Sentinels: r.Sentinels, MasterName: r.MasterName, DB: r.DB, TLS: r.TLS,
+		SentinelUsername: r.SentinelUsername, SentinelPasswordFile: r.SentinelPasswordFile,
 		ReplyMax: c.Timing.ReplyMax, LeaseSpan: c.Timing.LeaseSpan,
 	}
 }

@@ -68,6 +68,9 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"[timing]\nstop_wait = \"300ms\"\n", "u.toml:2: timing.stop_wait: stop_wait 300ms is below 1s"},
 		{"[redis]\nurl = \"redis://u:pw@h:1/0\"\n", "u.toml:2: redis.url: a password in the URL"},
 		{"[redis]\npool_size = -1\n", "u.toml:2: redis.pool_size: -1 is negative"},
+		{"[redis]\nsentinels = [\"127.0.0.1:26379\"]\n\nmaster_name = \"\"\n", "u.toml:4: redis.master_name: sentinels need the name of the master"},
+		{"[redis]\nurl = \"redis://h/0\"\nsentinels = [\"127.0.0.1:26379\"]\nmaster_name = \"m\"\n", "u.toml:1: redis: url and sentinels are alternatives"},
+		{"[redis]\nsentinels = [\"h\"]\nmaster_name = \"m\"\n", `u.toml:2: redis.sentinels: "h" is not host:port`},
 		{"node = \n", "u.toml:1:"},
 	} {
 		_, err := Parse("u.toml", []byte(c.doc))
@@ -137,5 +140,19 @@ func TestErrorKeysAndLines(t *testing.T) {
 		if ce.File != "u.toml" || ce.Line != c.line || ce.Key != c.key || !strings.HasPrefix(ce.Msg, c.msg) {
 			t.Errorf("%q:\n got %#v\nwant line %d key %s msg %s...", c.doc, *ce, c.line, c.key, c.msg)
 		}
+	}
+}
+
+func TestSentinelKeys(t *testing.T) {
+	doc := "node = \"n1\"\n[redis]\nsentinels = [\"10.0.0.1:26379\", \"10.0.0.2:26379\"]\nmaster_name = \"unitlease\"\ndb = 2\n" +
+		"sentinel_username = \"watch\"\n"
+	c, err := Parse("u.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := c.RedisConfig()
+	if rc.URL != "" || len(rc.Sentinels) != 2 || rc.Sentinels[1] != "10.0.0.2:26379" || rc.MasterName != "unitlease" ||
+		rc.DB != 2 || rc.TLS || rc.SentinelUsername != "watch" || !rc.Sentinel() {
+		t.Fatalf("%+v", rc)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -24,6 +25,10 @@ type Options struct {
 	TLS *TLSFiles
 	// Config lines appended to the generated redis.conf.
 	Config []string
+	// Password, when set, is the default user's password (requirepass,
+	// and masterauth for a replica); Command and the readiness check
+	// send it through the environment, never the command line.
+	Password string
 }
 
 // TLSFiles are the server's certificate, key and the CA that signs clients.
@@ -44,6 +49,7 @@ type Server struct {
 	opts Options
 	cmd  *exec.Cmd
 	t    failer
+	bin  string // redis-sentinel for a sentinel; "" for redis-server
 }
 
 // failer is what Server needs of a testing.TB; Run supplies one for
@@ -96,6 +102,14 @@ func (s *Server) URL() string {
 }
 
 func (s *Server) config() string {
+	if s.bin != "" {
+		lines := []string{"bind 127.0.0.1", "port " + strconv.Itoa(s.Port), "dir " + s.Dir,
+			"logfile " + filepath.Join(s.Dir, "redis.log"), "daemonize no"}
+		if s.opts.Password != "" {
+			lines = append(lines, "requirepass "+s.opts.Password)
+		}
+		return strings.Join(append(lines, s.opts.Config...), "\n") + "\n"
+	}
 	lines := []string{
 		"bind 127.0.0.1",
 		"protected-mode yes",
@@ -120,7 +134,20 @@ func (s *Server) config() string {
 	} else {
 		lines = append(lines, "port "+strconv.Itoa(s.Port))
 	}
+	if pw := s.opts.Password; pw != "" {
+		lines = append(lines, "requirepass "+pw, "masterauth "+pw)
+	}
 	return strings.Join(append(lines, s.opts.Config...), "\n") + "\n"
+}
+
+// cli is redis-cli with args on this server, the password in its
+// environment.
+func (s *Server) cli(ctx context.Context, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, "redis-cli", append(s.cliArgs(), args...)...)
+	if s.opts.Password != "" {
+		c.Env = append(os.Environ(), "REDISCLI_AUTH="+s.opts.Password)
+	}
+	return c
 }
 
 func (s *Server) start() {
@@ -129,9 +156,13 @@ func (s *Server) start() {
 	if err := os.WriteFile(conf, []byte(s.config()), 0o600); err != nil {
 		s.t.Fatalf("%v", err)
 	}
-	s.cmd = exec.Command("redis-server", conf)
+	bin := "redis-server"
+	if s.bin != "" {
+		bin = s.bin
+	}
+	s.cmd = exec.Command(bin, conf)
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("redistest: start redis-server: %v", err)
+		s.t.Fatalf("redistest: start %s: %v", bin, err)
 	}
 	if err := s.waitUp(10 * time.Second); err != nil {
 		s.Stop()
@@ -145,7 +176,7 @@ func (s *Server) waitUp(limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	for {
-		out, err := exec.CommandContext(ctx, "redis-cli", append(s.cliArgs(), "PING")...).CombinedOutput()
+		out, err := s.cli(ctx, "PING").CombinedOutput()
 		if err == nil && strings.TrimSpace(string(out)) == "PONG" {
 			return nil
 		}
@@ -174,6 +205,23 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
+}
+
+// Freeze stops the server's process (SIGSTOP): it neither answers nor
+// copies from its master until Thaw.
+func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	if s.cmd == nil || s.cmd.Process == nil {
+		s.t.Fatalf("redistest: signal %v to a server that is not running", sig)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: signal %v: %v", sig, err)
+	}
 }
 
 // Restart crashes the server and starts it again on the same port and
@@ -205,7 +253,7 @@ func FreePort(t failer) int {
 // reply, for test setup that must not go through the code under test.
 func (s *Server) Command(args ...string) string {
 	s.t.Helper()
-	out, err := exec.Command("redis-cli", append(s.cliArgs(), args...)...).CombinedOutput()
+	out, err := s.cli(context.Background(), args...).CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
 	}
