@@ -49,6 +49,8 @@ func (s *Store) Durability(ctx context.Context) Durability {
 	switch {
 	case d.Role == "slave" || d.Role == "replica":
 		lose("this is a replica: lease writes will fail; point url at the primary")
+	case d.ConnectedReplicas > 0 && s.sentinel != nil:
+		lose(fmt.Sprintf("%d replicas are attached and replication is asynchronous: a failover can lose acknowledged writes, which the nodes detect (another server answers) and wait out for a lease span; whether the old master stops taking writes in time is checked against the sentinels' settings", d.ConnectedReplicas))
 	case d.ConnectedReplicas > 0:
 		lose(fmt.Sprintf("%d replicas are attached and replication is asynchronous: a failover can lose acknowledged writes, which the nodes detect (the replica is another server) and wait out; promote a replica only once the old primary is stopped: one that still takes writes after the promotion can let two copies run", d.ConnectedReplicas))
 	}

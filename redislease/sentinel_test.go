@@ -193,3 +193,67 @@ func TestSentinelConfig(t *testing.T) {
 		t.Fatalf("a good sentinel configuration: %v", err)
 	}
 }
+
+// TestSentinelFailoverSettings reads the settings back from real servers
+// and sentinels and judges them.
+func TestSentinelFailoverSettings(t *testing.T) {
+	s := redistest.StartSentinel(t, redistest.SentinelOptions{MinReplicas: 1, MaxLag: 2, DownAfter: 5 * time.Second})
+	a := sentinelStore(t, s, "node-a")
+	f, err := a.Failover(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Failover{MinReplicas: 1, MaxLag: 2 * time.Second, Replicas: 2, DownAfter: 5 * time.Second,
+		FailoverTimeout: 3 * time.Second, Sentinels: 3, Known: 3, Quorum: 2}
+	if f.MinReplicas != want.MinReplicas || f.MaxLag != want.MaxLag || f.Replicas != want.Replicas || f.DownAfter != want.DownAfter ||
+		f.FailoverTimeout != want.FailoverTimeout || f.Sentinels != want.Sentinels || f.Known != want.Known || f.Quorum != want.Quorum || f.Unread != nil {
+		t.Fatalf("read %+v, want %+v", f, want)
+	}
+	if p := f.Problems(); p != nil {
+		t.Fatalf("problems with a safe setup: %q", p)
+	}
+	if got := f.Inequality(); got != "min-replicas-max-lag + 2s <= down-after-milliseconds - 1s: 4s <= 4s" {
+		t.Fatalf("Inequality: %q", got)
+	}
+	// A sentinel that does not answer is named; the others still count.
+	cfg := Config{Sentinels: append(s.Addrs(), "127.0.0.1:1"), MasterName: s.Name, KeyPrefix: "unitlease:", Node: "node-b",
+		ReplyMax: time.Second, LeaseSpan: 37 * time.Second}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	f, err = b.Failover(bg)
+	if err != nil || f.Sentinels != 3 || len(f.Unread) != 1 || !strings.Contains(f.Unread[0], "sentinel 127.0.0.1:1:") || len(f.Problems()) != 1 {
+		t.Fatalf("with a dead sentinel: %+v, %v", f, err)
+	}
+}
+
+func TestFailoverProblems(t *testing.T) {
+	ok := Failover{MinReplicas: 1, MaxLag: 10 * time.Second, Replicas: 2, DownAfter: 30 * time.Second}
+	for _, c := range []struct {
+		mod  func(*Failover)
+		want string
+	}{
+		{func(f *Failover) { f.MinReplicas = 0 }, "min-replicas-to-write is 0"},
+		{func(f *Failover) { f.Replicas = 4 }, "min-replicas-to-write is 1 with 4 replicas: a master that keeps 1 of them on its side of a partition goes on taking writes; set it to 2"},
+		{func(f *Failover) { f.DownAfter = 12999 * time.Millisecond }, "min-replicas-max-lag 10s + 2s = 12s is more than down-after-milliseconds 12.999s - 1s = 11.999s"},
+		{func(f *Failover) { f.MaxLag, f.DownAfter = 0, 500*time.Millisecond }, "min-replicas-max-lag 0s + 2s = 2s is more than down-after-milliseconds 500ms - 500ms = 0s"},
+		{func(f *Failover) { f.Unread = []string{"could not read"} }, "could not read"},
+	} {
+		f := ok
+		c.mod(&f)
+		p := f.Problems()
+		if len(p) != 1 || !strings.HasPrefix(p[0], c.want) {
+			t.Errorf("%+v: %q, want one starting %q", f, p, c.want)
+		}
+	}
+	if p := ok.Problems(); p != nil {
+		t.Fatalf("%+v: %q", ok, p)
+	}
+	edge := ok
+	edge.DownAfter = 13 * time.Second
+	if p := edge.Problems(); p != nil {
+		t.Fatalf("at the bound: %q", p)
+	}
+}

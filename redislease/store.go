@@ -71,6 +71,8 @@ type Store struct {
 
 	mu    sync.Mutex
 	floor map[string]uint64 // highest version seen per lease
+
+	sentinel *redis.FailoverOptions // nil for one Redis
 }
 
 // New connects lazily: the first request dials.
@@ -80,9 +82,9 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	var rdb *redis.Client
+	var fo *redis.FailoverOptions
 	if cfg.Sentinel() {
-		fo, err := cfg.failover(opt)
-		if err != nil {
+		if fo, err = cfg.failover(opt); err != nil {
 			return nil, err
 		}
 		rdb = redis.NewFailoverClient(fo)
@@ -97,6 +99,7 @@ func New(cfg Config) (*Store, error) {
 		replyMax:  cfg.ReplyMax,
 		leaseSpan: cfg.LeaseSpan,
 		floor:     map[string]uint64{},
+		sentinel:  fo,
 	}, nil
 }
 

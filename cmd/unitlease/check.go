@@ -83,11 +83,19 @@ func (c *checker) redis(ctx context.Context, cfg *config.Config) {
 		return
 	}
 	defer store.Close()
+	rc := cfg.RedisConfig()
+	where := rc.URL
+	if rc.Sentinel() {
+		where = fmt.Sprintf("master %s via sentinels %s", rc.MasterName, strings.Join(rc.Sentinels, ", "))
+	}
 	if err := store.Ping(ctx); err != nil {
-		c.fail("redis %s: %v", cfg.Redis.URL, err)
+		c.fail("redis %s: %v", where, err)
 		return
 	}
-	c.ok("redis %s answers", cfg.Redis.URL)
+	c.ok("redis %s answers", where)
+	if rc.Sentinel() {
+		c.sentinel(ctx, store)
+	}
 	d := store.Durability(ctx)
 	for _, f := range d.Findings {
 		if d.CanLoseAcked {
@@ -95,6 +103,26 @@ func (c *checker) redis(ctx context.Context, cfg *config.Config) {
 		} else {
 			c.ok("redis durability: %s", f)
 		}
+	}
+}
+
+// sentinel reports the settings that bound a split brain and the
+// inequality they must meet, with the numbers.
+func (c *checker) sentinel(ctx context.Context, store *redislease.Store) {
+	f, err := store.Failover(ctx)
+	if err != nil {
+		c.fail("redis sentinel: %v", err)
+		return
+	}
+	c.ok("redis sentinel: %d of %d sentinels answer (quorum %d), %d replicas, down-after-milliseconds %v, failover-timeout %v; master: min-replicas-to-write %d, min-replicas-max-lag %v",
+		f.Sentinels, f.Known, f.Quorum, f.Replicas, f.DownAfter, f.FailoverTimeout, f.MinReplicas, f.MaxLag)
+	p := f.Problems()
+	if len(p) == 0 {
+		c.ok("redis sentinel: a master cut off from the sentinels stops taking writes before a replica can be promoted (%s)", f.Inequality())
+		return
+	}
+	for _, msg := range p {
+		c.fail("redis sentinel: %s; run refuses this setup", msg)
 	}
 }
 

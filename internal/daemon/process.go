@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -63,6 +64,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	// A Redis that answers but will not say which server it is would
 	// fail every request: a setup error, not an outage to wait out.
 	if err := store.Ping(ctx); errors.Is(err, redislease.ErrNoIdentity) {
+		return fmt.Errorf("%w: not starting: %w", ErrSetup, err)
+	}
+	if err := sentinelSafe(ctx, cfg.RedisConfig(), store); err != nil {
 		return fmt.Errorf("%w: not starting: %w", ErrSetup, err)
 	}
 	warnDurability(ctx, store, log)
@@ -150,6 +154,25 @@ func (d *Daemon) loop(ctx context.Context, sd *unitctl.Systemd, serveErr <-chan 
 			d.Reload(ctx) // a removal that waited on a failed stop ended
 		}
 	}
+}
+
+// sentinelSafe refuses a Sentinel setup whose master, cut off from the
+// sentinels, could take a leader's renewal after a standby acquired on
+// the promoted replica, or whose settings it cannot read: systemd starts
+// the daemon again (Restart=on-failure), so a Redis that was down comes
+// back in reach.
+func sentinelSafe(ctx context.Context, rc redislease.Config, store *redislease.Store) error {
+	if !rc.Sentinel() {
+		return nil
+	}
+	f, err := store.Failover(ctx)
+	if err != nil {
+		return fmt.Errorf("redis sentinel: %w", err)
+	}
+	if p := f.Problems(); len(p) > 0 {
+		return fmt.Errorf("redis sentinel setup allows two holders of a lease (%s): %s", f.Inequality(), strings.Join(p, "; "))
+	}
+	return nil
 }
 
 func warnDurability(ctx context.Context, store *redislease.Store, log *slog.Logger) {
