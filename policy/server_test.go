@@ -154,3 +154,26 @@ func TestAnIdentifiedStoresUnnamedAnswerIsUntrusted(t *testing.T) {
 	legacy.wake().want(Standby, Observe)
 	legacy.after(0, seen(released("b", 5))).want(Acquiring, Acquire)
 }
+
+// TestAResetIsNotARelease: `unitlease reset` replaces garbage (or a
+// missing key) with a released record. Nobody released a lease there:
+// the holder whose renewals failed on the garbage may run its unit until
+// its own deadline. A standby that saw the garbage, then the released
+// record, from the same server, ages the record for a lease span.
+func TestAResetIsNotARelease(t *testing.T) {
+	tm := DefaultTiming()
+	rt, _ := tm.Resolved()
+	for _, before := range []Record{on(Record{Present: true, Raw: "junk"}, "A"), on(Absent, "A")} {
+		d := booted(t, tm)
+		d.at(0, seen(before)).want(Standby)
+		d.wake().want(Standby, Observe)
+		reset := on(released("ops", 1796105101042), "A")
+		d.after(0, seen(reset)).want(Standby)
+		at := d.now
+		d.pollUntil(reset, at+Instant(rt.LeaseSpan)+Instant(rt.PollMax))
+		if !d.has(Acquire) || d.now.Sub(at) < rt.LeaseSpan {
+			t.Fatalf("after %q: the reset's released record first seen at %v acquired at %v (has acquire %t), before a lease span %v",
+				before.Raw, at, d.now, d.has(Acquire), rt.LeaseSpan)
+		}
+	}
+}

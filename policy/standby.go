@@ -39,8 +39,13 @@ func (m *Machine) see(r Record, moved bool) {
 		// A change seen under one server (or from a store that never
 		// tells) is witnessed; a first value, or one under a new or an
 		// unknown server, or an older state, is not.
+		// A release follows a record of this lease: one that replaces a
+		// missing key or a value that is no record (`unitlease reset`)
+		// released nothing, and the holder whose renewals failed there
+		// may run its unit until its own deadline.
 		legacy := r.Server == "" && !m.identified // a store that never tells
-		m.witnessed = !moved && !older && (legacy || m.haveSeen && r.Server != "")
+		after := m.haveSeen && m.seen.Present && m.seen.Version > 0 && m.seen.Other == nil
+		m.witnessed = !moved && !older && (legacy && (!m.haveSeen || after) || after && r.Server != "")
 		m.seen, m.seenAt, m.haveSeen = r, m.now, true
 	}
 	if r.Present {
