@@ -120,3 +120,66 @@ func TestAnAnswerFromAnUnknownServerIsAnError(t *testing.T) {
 		t.Fatalf("ping without INFO: %v; want ErrNoIdentity", err)
 	}
 }
+
+// TestEverysecCrashLosesTheLastRenewals: with appendfsync everysec a
+// crash may lose the last writes. The leader's next renewal finds its
+// own earlier record under the restarted server's identity and renews
+// over it, above every version it wrote before (the lost ones too).
+func TestEverysecCrashLosesTheLastRenewals(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendOnly: true, Fsync: "everysec"})
+	a := newStore(t, srv, "node-a")
+	l := mustAcquire(t, a, "vpn")
+	mark := srv.AOFEnd()
+	r := l
+	for range 3 {
+		var err error
+		if r, err = a.Renew(bg, "vpn", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.CrashBackTo(mark)
+	o := mustObserve(t, a, "vpn")
+	if !o.Same(l) || o.Server == l.Server {
+		t.Fatalf("after the crash: %+v, want %+v under another server", o, l)
+	}
+	n, err := a.Renew(bg, "vpn", r)
+	if err != nil || n.Token != l.Token || n.Version != r.Version+1 {
+		t.Fatalf("renewal over the leader's own earlier record: %+v, %v", n, err)
+	}
+}
+
+// TestCrashLosesAnAcquisitionAfterARelease: a handoff, then a crash that
+// keeps the release and loses the acquisition after it. The new holder's
+// renewal finds the old holder's released record: a loss, and it stops.
+func TestCrashLosesAnAcquisitionAfterARelease(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendOnly: true, Fsync: "everysec"})
+	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
+	l := mustAcquire(t, a, "vpn")
+	rel, err := a.Release(bg, "vpn", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Acquire(bg, "vpn", mustObserve(t, b, "vpn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, marks := srv.AOFCommands()
+	cut := redistest.AOFMark(-1)
+	for i, c := range cmds {
+		if len(c) >= 3 && strings.EqualFold(c[0], "SET") && c[2] == rel.Raw {
+			cut = marks[i]
+		}
+	}
+	if cut < 0 {
+		t.Fatalf("no SET of the released record in the AOF: %q", cmds)
+	}
+	srv.CrashBackTo(cut)
+	o := mustObserve(t, b, "vpn")
+	if !o.Same(rel) || o.Server == lb.Server {
+		t.Fatalf("after the crash: %+v, want the release %+v under another server", o, rel)
+	}
+	var lost *LostError
+	if _, err := b.Renew(bg, "vpn", lb); !errors.As(err, &lost) || !lost.Current.Same(rel) {
+		t.Fatalf("the lost holder's renewal: %v, want a loss to the released record", err)
+	}
+}

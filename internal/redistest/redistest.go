@@ -19,8 +19,9 @@ import (
 
 // Options shape the server.
 type Options struct {
-	// AppendOnly turns on the AOF with appendfsync always.
+	// AppendOnly turns on the AOF with appendfsync always, or Fsync.
 	AppendOnly bool
+	Fsync      string
 	// TLS, when set, serves only TLS with these files (PEM).
 	TLS *TLSFiles
 	// Config lines appended to the generated redis.conf.
@@ -119,7 +120,11 @@ func (s *Server) config() string {
 		"daemonize no",
 	}
 	if s.opts.AppendOnly {
-		lines = append(lines, "appendonly yes", "appendfsync always")
+		fsync := s.opts.Fsync
+		if fsync == "" {
+			fsync = "always"
+		}
+		lines = append(lines, "appendonly yes", "appendfsync "+fsync)
 	} else {
 		lines = append(lines, "appendonly no")
 	}

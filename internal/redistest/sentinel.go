@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -37,13 +38,42 @@ type Sentinel struct {
 	Servers   []*Server
 	Sentinels []*Server
 	opts      SentinelOptions
-	t         testing.TB
+	t         failer
 }
 
 // StartSentinel starts the servers and sentinels and waits until every
 // sentinel knows every replica and every other sentinel, so that a
 // failover can be agreed on. Everything stops at the end of the test.
 func StartSentinel(t testing.TB, opts SentinelOptions) *Sentinel {
+	t.Helper()
+	s := startSentinel(t, t.TempDir, opts)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// RunSentinel is StartSentinel for a command rather than a test: the
+// servers live in directories under dir, failures end the program. Call
+// Stop when done.
+func RunSentinel(dir string, opts SentinelOptions) *Sentinel {
+	n := 0
+	return startSentinel(exitFailer{}, func() string {
+		n++
+		d := filepath.Join(dir, strconv.Itoa(n))
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			exitFailer{}.Fatalf("redistest: %v", err)
+		}
+		return d
+	}, opts)
+}
+
+// Stop ends every server and sentinel.
+func (s *Sentinel) Stop() {
+	for _, srv := range append(append([]*Server(nil), s.Sentinels...), s.Servers...) {
+		srv.Stop()
+	}
+}
+
+func startSentinel(t failer, tempDir func() string, opts SentinelOptions) *Sentinel {
 	t.Helper()
 	bin, err := exec.LookPath("redis-sentinel")
 	if err != nil {
@@ -62,6 +92,10 @@ func StartSentinel(t testing.TB, opts SentinelOptions) *Sentinel {
 		opts.FailoverTimeout = 3 * time.Second
 	}
 	s := &Sentinel{Name: "unitlease", opts: opts, t: t}
+	start := func(srv *Server) *Server {
+		srv.start()
+		return srv
+	}
 	var master *Server
 	for i := range 1 + opts.Replicas {
 		o := opts.Server
@@ -73,7 +107,7 @@ func StartSentinel(t testing.TB, opts SentinelOptions) *Sentinel {
 		if i > 0 {
 			o.Config = append(o.Config, "replicaof 127.0.0.1 "+strconv.Itoa(master.Port))
 		}
-		srv := Start(t, o)
+		srv := start(&Server{Dir: tempDir(), opts: o, t: t, Port: FreePort(t)})
 		if i == 0 {
 			master = srv
 		}
@@ -81,7 +115,7 @@ func StartSentinel(t testing.TB, opts SentinelOptions) *Sentinel {
 	}
 	quorum := opts.Sentinels/2 + 1
 	for range opts.Sentinels {
-		sen := &Server{Dir: t.TempDir(), t: t, Port: FreePort(t), bin: bin}
+		sen := &Server{Dir: tempDir(), t: t, Port: FreePort(t), bin: bin}
 		sen.opts.Config = []string{
 			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", s.Name, master.Port, quorum),
 			fmt.Sprintf("sentinel down-after-milliseconds %s %d", s.Name, opts.DownAfter.Milliseconds()),
@@ -95,9 +129,7 @@ func StartSentinel(t testing.TB, opts SentinelOptions) *Sentinel {
 			sen.opts.Config = append(sen.opts.Config, "sentinel sentinel-pass "+pw)
 		}
 		sen.opts.Password = opts.SentinelPassword
-		sen.start()
-		t.Cleanup(sen.Stop)
-		s.Sentinels = append(s.Sentinels, sen)
+		s.Sentinels = append(s.Sentinels, start(sen))
 	}
 	s.await("every sentinel knows every replica and every other sentinel", 30*time.Second, func() bool {
 		if n := strings.Count(master.Command("INFO", "replication"), ",state=online,"); n != opts.Replicas {
@@ -160,6 +192,31 @@ func (s *Sentinel) Failover() *Server {
 	old := s.Master()
 	s.Sentinels[0].Command("SENTINEL", "FAILOVER", s.Name)
 	return s.AwaitNewMaster(old)
+}
+
+// Rejoin starts a stopped server again as a replica of the current
+// master (as Sentinel would reconfigure it once it is back).
+func (s *Sentinel) Rejoin(srv *Server) {
+	s.t.Helper()
+	master := s.Master()
+	var cfg []string
+	for _, l := range srv.opts.Config {
+		if !strings.HasPrefix(l, "replicaof ") {
+			cfg = append(cfg, l)
+		}
+	}
+	srv.opts.Config = append(cfg, "replicaof 127.0.0.1 "+strconv.Itoa(master.Port))
+	srv.start()
+}
+
+// SetAll runs CONFIG SET name value on every running data server.
+func (s *Sentinel) SetAll(name, value string) {
+	s.t.Helper()
+	for _, srv := range s.Servers {
+		if srv.cmd != nil {
+			srv.Command("CONFIG", "SET", name, value)
+		}
+	}
 }
 
 // AwaitNewMaster waits until every sentinel names another master than old
