@@ -158,12 +158,14 @@ func TestAnIdentifiedStoresUnnamedAnswerIsUntrusted(t *testing.T) {
 // TestAResetIsNotARelease: `unitlease reset` replaces garbage (or a
 // missing key) with a released record. Nobody released a lease there:
 // the holder whose renewals failed on the garbage may run its unit until
-// its own deadline. A standby that saw the garbage, then the released
-// record, from the same server, ages the record for a lease span.
+// its own deadline. A standby that saw the garbage (or the holder's
+// record before it: the garbage may come and go between two polls),
+// then the released record, from the same server, ages the record for a
+// lease span.
 func TestAResetIsNotARelease(t *testing.T) {
 	tm := DefaultTiming()
 	rt, _ := tm.Resolved()
-	for _, before := range []Record{on(Record{Present: true, Raw: "junk"}, "A"), on(Absent, "A")} {
+	for _, before := range []Record{on(Record{Present: true, Raw: "junk"}, "A"), on(Absent, "A"), on(held("a", 4), "A")} {
 		d := booted(t, tm)
 		d.at(0, seen(before)).want(Standby)
 		d.wake().want(Standby, Observe)

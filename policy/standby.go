@@ -39,12 +39,17 @@ func (m *Machine) see(r Record, moved bool) {
 		// A change seen under one server (or from a store that never
 		// tells) is witnessed; a first value, or one under a new or an
 		// unknown server, or an older state, is not.
-		// A release follows a record of this lease: one that replaces a
-		// missing key or a value that is no record (`unitlease reset`)
-		// released nothing, and the holder whose renewals failed there
-		// may run its unit until its own deadline.
+		// A release is its holder's, over its own record (same holder
+		// and token), or the operator's over a stop_failed one
+		// (`unitlease clear`). One that replaces a missing key, a value
+		// that is no record, or another holder's record (`unitlease
+		// reset`, perhaps after garbage came and went between two polls)
+		// released nothing: the holder whose renewals failed may run its
+		// unit until its own deadline.
 		legacy := r.Server == "" && !m.identified // a store that never tells
-		after := m.haveSeen && m.seen.Present && m.seen.Version > 0 && m.seen.Other == nil
+		p := m.seen
+		after := m.haveSeen && p.Present && p.Version > 0 && p.Other == nil &&
+			(!r.Released || p.StopFailed || r.Holder == p.Holder && r.Token == p.Token)
 		m.witnessed = !moved && !older && (legacy && (!m.haveSeen || after) || after && r.Server != "")
 		m.seen, m.seenAt, m.haveSeen = r, m.now, true
 	}
