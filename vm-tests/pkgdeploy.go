@@ -20,6 +20,10 @@ import (
 type PackageOptions struct {
 	Witness     string // the witness, a static binary on the host
 	RedisAddr   string // host:port on the host's loopback
+	// Redis, when set, is the body of unitlease.toml's [redis] table
+	// (sentinels and master_name, say) instead of the URL of a Proxy
+	// to RedisAddr.
+	Redis string
 	Timing      string // the [timing] table; default FastTiming
 	SharedDir   string // the host directory bound at /shared in every node
 	WitnessName string // names the witness's lock and log in SharedDir
@@ -114,7 +118,11 @@ func DeployPackage(ctx context.Context, nodes []*Node, opts PackageOptions) (*De
 }
 
 func (d *Deployment) configure(ctx context.Context, n *Node, opts PackageOptions) error {
-	conf := fmt.Sprintf("node = %q\n[redis]\nurl = \"redis://%s/0\"\n%s", n.Name, d.Proxy(n).Addr(), opts.Timing)
+	table := fmt.Sprintf("url = \"redis://%s/0\"\n", d.Proxy(n).Addr())
+	if opts.Redis != "" {
+		table = opts.Redis
+	}
+	conf := fmt.Sprintf("node = %q\n[redis]\n%s%s", n.Name, table, opts.Timing)
 	steps := []func() error{
 		func() error { return n.CopyIn(ctx, opts.Witness, "/usr/local/bin/ul-witness", 0o755) },
 		func() error { return n.WriteFile(ctx, "/etc/unitlease/unitlease.toml", []byte(conf), 0o640) },

@@ -18,7 +18,8 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	cut   bool
-	conns map[net.Conn]bool // true: a connection to the target
+	keep  func(client net.Conn) bool // during a cut, the clients still forwarded
+	conns map[net.Conn]net.Conn      // a connection to the target: its client's; a client's: nil
 }
 
 // NewProxy listens on a free loopback port.
@@ -27,7 +28,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{l: l, target: target, conns: map[net.Conn]bool{}}
+	p := &Proxy{l: l, target: target, conns: map[net.Conn]net.Conn{}}
 	go p.accept()
 	return p, nil
 }
@@ -37,15 +38,24 @@ func (p *Proxy) Addr() string { return p.l.Addr().String() }
 
 // Cut drops every connection's traffic from now on and leaves new ones
 // unanswered.
-func (p *Proxy) Cut() {
+func (p *Proxy) Cut() { p.CutExcept(nil) }
+
+// CutExcept is Cut for every client but those keep accepts (nil: none):
+// a partition with the target and those clients on one side.
+func (p *Proxy) CutExcept(keep func(client net.Conn) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut = true
-	for c, upstream := range p.conns {
-		if upstream {
+	p.cut, p.keep = true, keep
+	for c, client := range p.conns {
+		if client != nil && (keep == nil || !keep(client)) {
 			c.Close() // the forwarding ends; serve holds the node's side open
 		}
 	}
+}
+
+// forwards reports whether client's traffic passes; p.mu is held.
+func (p *Proxy) forwards(client net.Conn) bool {
+	return !p.cut || p.keep != nil && p.keep(client)
 }
 
 // Heal forwards new connections again. Connections open during the cut
@@ -53,7 +63,7 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut = false
+	p.cut, p.keep = false, nil
 }
 
 // Close stops the proxy and every connection.
@@ -76,11 +86,17 @@ func (p *Proxy) accept() {
 	}
 }
 
-func (p *Proxy) track(c net.Conn, upstream bool) bool {
+// track notes c (a client's connection, or with client set the
+// connection to the target made for it) and reports whether the client's
+// traffic passes.
+func (p *Proxy) track(c, client net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.conns[c] = upstream
-	return !p.cut
+	p.conns[c] = client
+	if client == nil {
+		client = c
+	}
+	return p.forwards(client)
 }
 
 func (p *Proxy) untrack(c net.Conn) {
@@ -90,7 +106,7 @@ func (p *Proxy) untrack(c net.Conn) {
 }
 
 func (p *Proxy) serve(c net.Conn) {
-	if !p.track(c, false) {
+	if !p.track(c, nil) {
 		p.hold(c)
 		return
 	}
@@ -100,7 +116,7 @@ func (p *Proxy) serve(c net.Conn) {
 		p.untrack(c)
 		return
 	}
-	p.track(up, true)
+	p.track(up, c)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
@@ -110,7 +126,7 @@ func (p *Proxy) serve(c net.Conn) {
 	go pipe(c, up)
 	<-done
 	p.mu.Lock()
-	cut := p.cut
+	cut := !p.forwards(c)
 	p.mu.Unlock()
 	up.Close()
 	p.untrack(up)

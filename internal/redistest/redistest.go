@@ -51,6 +51,9 @@ type Server struct {
 	cmd  *exec.Cmd
 	t    failer
 	bin  string // redis-sentinel for a sentinel; "" for redis-server
+	// front is the port others reach a replicated server at (Sentinel's
+	// Front), its own port without one.
+	front int
 }
 
 // failer is what Server needs of a testing.TB; Run supplies one for

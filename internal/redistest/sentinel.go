@@ -29,6 +29,11 @@ type SentinelOptions struct {
 	Server Options
 	// SentinelPassword, when set, is the sentinels' requirepass.
 	SentinelPassword string
+	// Front, when set, returns for a data server's address the port at
+	// which everyone else (sentinels, replicas, clients) reaches it: a
+	// proxy in front of it, which a test can cut. Each server announces
+	// that port, and the sentinels monitor the master there.
+	Front func(addr string) int
 }
 
 // Sentinel is a master, its replicas and the sentinels that watch it, on
@@ -98,16 +103,22 @@ func startSentinel(t failer, tempDir func() string, opts SentinelOptions) *Senti
 	}
 	var master *Server
 	for i := range 1 + opts.Replicas {
+		srv := &Server{Dir: tempDir(), t: t, Port: FreePort(t)}
+		srv.front = srv.Port
+		if opts.Front != nil {
+			srv.front = opts.Front(srv.Addr())
+		}
 		o := opts.Server
-		o.Config = append([]string{"replica-announce-ip 127.0.0.1"}, o.Config...)
+		o.Config = append([]string{"replica-announce-ip 127.0.0.1", "replica-announce-port " + strconv.Itoa(srv.front)}, o.Config...)
 		if opts.MinReplicas > 0 {
 			o.Config = append(o.Config, "min-replicas-to-write "+strconv.Itoa(opts.MinReplicas),
 				"min-replicas-max-lag "+strconv.Itoa(opts.MaxLag))
 		}
 		if i > 0 {
-			o.Config = append(o.Config, "replicaof 127.0.0.1 "+strconv.Itoa(master.Port))
+			o.Config = append(o.Config, "replicaof 127.0.0.1 "+strconv.Itoa(master.front))
 		}
-		srv := start(&Server{Dir: tempDir(), opts: o, t: t, Port: FreePort(t)})
+		srv.opts = o
+		start(srv)
 		if i == 0 {
 			master = srv
 		}
@@ -117,7 +128,7 @@ func startSentinel(t failer, tempDir func() string, opts SentinelOptions) *Senti
 	for range opts.Sentinels {
 		sen := &Server{Dir: tempDir(), t: t, Port: FreePort(t), bin: bin}
 		sen.opts.Config = []string{
-			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", s.Name, master.Port, quorum),
+			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", s.Name, master.front, quorum),
 			fmt.Sprintf("sentinel down-after-milliseconds %s %d", s.Name, opts.DownAfter.Milliseconds()),
 			fmt.Sprintf("sentinel failover-timeout %s %d", s.Name, opts.FailoverTimeout.Milliseconds()),
 			"sentinel announce-ip 127.0.0.1",
@@ -160,6 +171,11 @@ func countEntries(out string) int {
 	return n
 }
 
+// FrontPort is the port the sentinels, the replicas and the clients
+// reach srv at (SentinelOptions.Front), and that the sentinels list it
+// under.
+func (srv *Server) FrontPort() int { return srv.front }
+
 // Addrs are the sentinels' host:port addresses.
 func (s *Sentinel) Addrs() []string {
 	var a []string
@@ -177,7 +193,7 @@ func (s *Sentinel) Master() *Server {
 		s.t.Fatalf("redistest: no master address: %q", f)
 	}
 	for _, srv := range s.Servers {
-		if strconv.Itoa(srv.Port) == f[1] {
+		if strconv.Itoa(srv.front) == f[1] {
 			return srv
 		}
 	}
@@ -205,7 +221,7 @@ func (s *Sentinel) Rejoin(srv *Server) {
 			cfg = append(cfg, l)
 		}
 	}
-	srv.opts.Config = append(cfg, "replicaof 127.0.0.1 "+strconv.Itoa(master.Port))
+	srv.opts.Config = append(cfg, "replicaof 127.0.0.1 "+strconv.Itoa(master.front))
 	srv.start()
 }
 
@@ -230,7 +246,7 @@ func (s *Sentinel) AwaitNewMaster(old *Server) *Server {
 				continue
 			}
 			f := strings.Fields(sen.Command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Name))
-			if len(f) != 2 || f[1] == strconv.Itoa(old.Port) {
+			if len(f) != 2 || f[1] == strconv.Itoa(old.front) {
 				return false
 			}
 		}

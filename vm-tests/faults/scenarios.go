@@ -31,6 +31,7 @@ const (
 	kHandoff             // the unit's own stop + start
 	kReboot              // the reboot + the crash bound
 	kNone                // no copy may stop
+	kRollback            // lease span + poll_max + start, from the lost copy's stop
 )
 
 // scenario is one fault, repeated.
@@ -38,6 +39,13 @@ type scenario struct {
 	name, desc string
 	args       string // the witness's arguments
 	noAOF      bool   // Redis without persistence
+	fsync      string // appendfsync, when not always
+	// sentinel: a master, two replicas and three sentinels on the host
+	// (sentinelOptions) instead of one Redis; the daemons find the master
+	// through the sentinels.
+	sentinel bool
+	// adjust, when set, changes the profile's timing for this scenario.
+	adjust func(*policy.Timing)
 	unitDropIn string // a drop-in of demo.service on every node
 	// stopWait, when above the profile's, is this scenario's stop_wait
 	// (a unit whose stop has more phases than the profile's fits).
@@ -65,7 +73,7 @@ func (sc scenario) target(p profile) Target {
 	switch sc.kind {
 	case kCrash:
 		return Target{Ratio: 1.05, Under: p.under, UnderAdvisory: underAdvisory}
-	case kMissing, kMoved, kReboot:
+	case kMissing, kMoved, kReboot, kRollback:
 		return Target{Ratio: 1.05}
 	case kHandoff:
 		return Target{Ratio: 1, Slack: 50 * time.Millisecond}
@@ -93,6 +101,13 @@ var scenarios = []scenario{
 		unitDropIn: "[Service]\nExecStop=/bin/sleep infinity\n", stopWait: 2 * time.Second, kind: kCrash, fault: faultKilledHungStop},
 	{name: "frozen-near-deadline", desc: "the leader is cut off and its daemon frozen (SIGSTOP) just before its deadline", kind: kCrash, fault: faultFrozenNearDeadline},
 	{name: "journal-frozen", desc: "journald is frozen on the leader while it is cut off", kind: kCrash, fault: faultJournalFrozen},
+	{name: "redis-everysec", desc: "Redis (appendfsync everysec) crashes and loses the leader's last renewals", fsync: "everysec", kind: kCrash, fault: faultEverysec},
+	{name: "rollback-handoff", desc: "after a handoff, Redis crashes and keeps the release but loses the acquisition after it", fsync: "everysec", kind: kRollback, fault: faultRollbackHandoff},
+	{name: "reset", desc: "garbage is written into the lease key and `unitlease reset` replaces it at once", kind: kRollback, fault: faultReset},
+	{name: "sentinel-master-killed", desc: "Sentinel: the master is killed; a replica is promoted within renew_deadline", sentinel: true, adjust: sentinelTiming, kind: kNone, fault: faultSentinelMasterKilled},
+	{name: "sentinel-replica-down", desc: "Sentinel: a replica is killed until the sentinels see it down", sentinel: true, adjust: sentinelTiming, kind: kNone, fault: faultSentinelReplicaDown},
+	{name: "sentinel-split-brain", desc: "Sentinel: the master is cut off from the sentinels, its replicas and the standbys, not from the leader", sentinel: true, adjust: sentinelTiming, kind: kNone, fault: faultSentinelSplitBrain},
+	{name: "sentinel-lagging", desc: "Sentinel: the replicas stop copying, a handoff, then the master dies: the promoted replica lacks the handoff", sentinel: true, adjust: sentinelTiming, kind: kRollback, fault: faultSentinelLagging},
 }
 
 // underAdvisory makes the profile's crash failover figure (fast: under
@@ -114,7 +129,9 @@ type session struct {
 	*env
 	sc        scenario
 	t         policy.Timing // the profile's, with the scenario's stop_wait
-	redis     *redistest.Server
+	redis     *redistest.Server   // one Redis, or
+	sent      *redistest.Sentinel // a master, replicas and sentinels
+	fronts    map[string]*vmtests.Proxy // by a data server's address: the proxy everyone reaches it through
 	d         *vmtests.Deployment
 	log       string // the witness log on the host
 	lease     string
@@ -193,30 +210,41 @@ func (e *env) open(sc scenario) (*session, error) {
 		return nil, err
 	}
 	s := &session{env: e, sc: sc, lease: "demo", log: filepath.Join(e.shared, "witness-"+sc.name+".log")}
-	s.redis = redistest.Run(dir, redistest.Options{AppendOnly: !sc.noAOF})
+	redisAddr := ""
+	if sc.sentinel {
+		s.sent, s.fronts = runSentinel(dir)
+		redisAddr = s.sent.Master().Addr()
+	} else {
+		s.redis = redistest.Run(dir, redistest.Options{AppendOnly: !sc.noAOF, Fsync: sc.fsync})
+		redisAddr = s.redis.Addr()
+	}
 	t, timing := e.p.t, e.p.timing
 	if sc.stopWait > t.StopWait && timing != "" {
 		t.StopWait = sc.stopWait
 		timing = timingTable(t)
 	}
+	if sc.adjust != nil {
+		sc.adjust(&t)
+		timing = timingTable(t)
+	}
 	s.t = t
 	resolved, err := t.Resolved()
 	if err != nil {
-		s.redis.Stop()
+		s.stopRedis()
 		return nil, err
 	}
 	s.b = bounds{leaseSpan: resolved.LeaseSpan, pollMax: t.PollMax, confirm: confirmWait(t)}
 	s.limit = 2*(s.b.leaseSpan+s.b.confirm+t.PollMax+t.Retry+t.RenewDeadline+t.StopWait) + time.Minute
 	s.d, err = vmtests.DeployPackage(e.ctx, e.c.Nodes, vmtests.PackageOptions{
-		Witness: e.witness, RedisAddr: s.redis.Addr(), Timing: timing, SharedDir: e.shared,
+		Witness: e.witness, RedisAddr: redisAddr, Redis: s.redisTable(), Timing: timing, SharedDir: e.shared,
 		WitnessName: "witness-" + sc.name, WitnessArgs: sc.args, Lease: s.lease, ServiceDropIn: e.p.dropIn,
 		UnitDropIn: sc.unitDropIn,
 	})
 	if err != nil {
-		s.redis.Stop()
+		s.stopRedis()
 		return nil, err
 	}
-	if e.p.timing == "" {
+	if e.p.timing == "" && sc.adjust == nil {
 		// DeployPackage's default is the tests' timing; this profile is
 		// the daemon's defaults: no [timing] table at all.
 		if err := s.rewriteConfigWithoutTiming(); err != nil {
@@ -228,7 +256,7 @@ func (e *env) open(sc scenario) (*session, error) {
 		logf("the daemon reports lease span %v, policy derives %v: using the daemon's", span, s.b.leaseSpan)
 		s.b.leaseSpan = span
 	}
-	if sc.stopWait == 0 { // the profile's own timing
+	if sc.stopWait == 0 && sc.adjust == nil { // the profile's own timing
 		e.leaseSpan = s.b.leaseSpan
 	}
 	s.lastStart = monotonic()
@@ -239,7 +267,11 @@ func (e *env) open(sc scenario) (*session, error) {
 // unitlease.toml and restarts the daemons.
 func (s *session) rewriteConfigWithoutTiming() error {
 	return eachNode(s.c.Nodes, func(n *vmtests.Node) error {
-		conf := fmt.Sprintf("node = %q\n[redis]\nurl = \"redis://%s/0\"\n", n.Name, s.d.Proxy(n).Addr())
+		table := s.redisTable()
+		if table == "" {
+			table = fmt.Sprintf("url = \"redis://%s/0\"\n", s.d.Proxy(n).Addr())
+		}
+		conf := fmt.Sprintf("node = %q\n[redis]\n%s", n.Name, table)
 		if err := n.WriteFile(s.ctx, "/etc/unitlease/unitlease.toml", []byte(conf), 0o640); err != nil {
 			return err
 		}
@@ -253,7 +285,31 @@ func (s *session) rewriteConfigWithoutTiming() error {
 
 func (s *session) close() {
 	s.d.Undeploy(context.WithoutCancel(s.ctx))
-	s.redis.Stop()
+	s.stopRedis()
+}
+
+func (s *session) stopRedis() {
+	if s.sent != nil {
+		s.sent.Stop()
+		for _, p := range s.fronts {
+			p.Close()
+		}
+	} else {
+		s.redis.Stop()
+	}
+}
+
+// redisTable is unitlease.toml's [redis] table for Sentinel; "" for one
+// Redis (DeployPackage writes the URL of each node's proxy).
+func (s *session) redisTable() string {
+	if s.sent == nil {
+		return ""
+	}
+	var q []string
+	for _, a := range s.sent.Addrs() {
+		q = append(q, strconv.Quote(a))
+	}
+	return fmt.Sprintf("sentinels = [%s]\nmaster_name = %q\n", strings.Join(q, ", "), s.sent.Name)
 }
 
 // reportedLeaseSpan asks a daemon for the lease span in force.
@@ -332,7 +388,7 @@ func (s *session) measure(r *Run, m *measured, end time.Duration) {
 	if h.Moved {
 		start := s.activation(h)
 		switch s.sc.kind {
-		case kCrash:
+		case kCrash, kRollback:
 			r.Bound, r.BoundParts = s.b.crash(start)
 		case kMissing:
 			r.Bound, r.BoundParts = s.b.missing(start)
@@ -343,6 +399,12 @@ func (s *session) measure(r *Run, m *measured, end time.Duration) {
 		case kHandoff:
 			r.Bound, r.BoundParts = handoffBound(s.deactivation(h.From, h.Start), start)
 		}
+	}
+	if s.sc.kind == kRollback && h.Moved && h.Start-r.Fault < s.b.leaseSpan {
+		// Every node reads the rolled-back (or reset) record only after
+		// the fault, and must age it for a lease span.
+		s.problem("the new copy started %v after the fault, within the lease span %v: a node took the record without aging it",
+			(h.Start - r.Fault).Round(time.Millisecond), s.b.leaseSpan)
 	}
 	if m.check != nil {
 		m.check(s, r, h)
