@@ -18,12 +18,12 @@ import (
 // PackageOptions say how DeployPackage configures nodes on which
 // InstallPackage has installed the .deb.
 type PackageOptions struct {
-	Witness     string // the witness, a static binary on the host
-	RedisAddr   string // host:port on the host's loopback
+	Witness   string // the witness, a static binary on the host
+	RedisAddr string // host:port on the host's loopback
 	// Redis, when set, is the body of unitlease.toml's [redis] table
 	// (sentinels and master_name, say) instead of the URL of a Proxy
 	// to RedisAddr.
-	Redis string
+	Redis       string
 	Timing      string // the [timing] table; default FastTiming
 	SharedDir   string // the host directory bound at /shared in every node
 	WitnessName string // names the witness's lock and log in SharedDir

@@ -25,13 +25,13 @@ import (
 type kind int
 
 const (
-	kCrash   kind = iota // lease span + poll_max + start
-	kMissing             // the same + the confirm wait: the key is missing
-	kMoved               // the same + poll_max: the new lease ages the old one's release, seen up to a poll late
-	kHandoff             // the unit's own stop + start
-	kReboot              // the reboot + the crash bound
-	kNone                // no copy may stop
-	kRollback            // lease span + poll_max + start, from the lost copy's stop
+	kCrash    kind = iota // lease span + poll_max + start
+	kMissing              // the same + the confirm wait: the key is missing
+	kMoved                // the same + poll_max: the new lease ages the old one's release, seen up to a poll late
+	kHandoff              // the unit's own stop + start
+	kReboot               // the reboot + the crash bound
+	kNone                 // no copy may stop
+	kRollback             // lease span + poll_max + start, from the lost copy's stop
 )
 
 // scenario is one fault, repeated.
@@ -45,7 +45,7 @@ type scenario struct {
 	// through the sentinels.
 	sentinel bool
 	// adjust, when set, changes the profile's timing for this scenario.
-	adjust func(*policy.Timing)
+	adjust     func(*policy.Timing)
 	unitDropIn string // a drop-in of demo.service on every node
 	// stopWait, when above the profile's, is this scenario's stop_wait
 	// (a unit whose stop has more phases than the profile's fits).
@@ -128,9 +128,9 @@ type env struct {
 type session struct {
 	*env
 	sc        scenario
-	t         policy.Timing // the profile's, with the scenario's stop_wait
-	redis     *redistest.Server   // one Redis, or
-	sent      *redistest.Sentinel // a master, replicas and sentinels
+	t         policy.Timing             // the profile's, with the scenario's stop_wait
+	redis     *redistest.Server         // one Redis, or
+	sent      *redistest.Sentinel       // a master, replicas and sentinels
 	fronts    map[string]*vmtests.Proxy // by a data server's address: the proxy everyone reaches it through
 	d         *vmtests.Deployment
 	log       string // the witness log on the host
