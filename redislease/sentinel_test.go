@@ -230,18 +230,30 @@ func TestSentinelFailoverSettings(t *testing.T) {
 }
 
 func TestFailoverProblems(t *testing.T) {
-	ok := Failover{MinReplicas: 1, MaxLag: 10 * time.Second, Replicas: 2, DownAfter: 30 * time.Second}
+	fences := func(min int, lag time.Duration) []Fence {
+		return []Fence{{Addr: "m:1", Role: "master", MinReplicas: min, MaxLag: lag},
+			{Addr: "r:2", Role: "replica", MinReplicas: min, MaxLag: lag}, {Addr: "r:3", Role: "replica", MinReplicas: min, MaxLag: lag}}
+	}
+	ok := Failover{MinReplicas: 1, MaxLag: 10 * time.Second, Servers: fences(1, 10*time.Second), Replicas: 2,
+		DownAfter: 30 * time.Second, Sentinels: 3, Known: 3}
 	for _, c := range []struct {
 		mod  func(*Failover)
 		want string
 	}{
-		{func(f *Failover) { f.MinReplicas = 0 }, "min-replicas-to-write is 0"},
-		{func(f *Failover) { f.Replicas = 4 }, "min-replicas-to-write is 1 with 4 replicas: a master that keeps 1 of them on its side of a partition goes on taking writes; set it to 2"},
+		{func(f *Failover) { f.Servers[2].MinReplicas = 0 },
+			"replica r:3 has min-replicas-to-write 0 and min-replicas-max-lag 10s: either 0 turns the fence off"},
+		{func(f *Failover) { f.Servers[0].MaxLag = 0 }, "master m:1 has min-replicas-to-write 1 and min-replicas-max-lag 0s: either 0 turns the fence off"},
+		{func(f *Failover) { f.Replicas, f.Servers = 4, f.Servers[:1] },
+			"master m:1 has min-replicas-to-write 1 with 4 replicas: a master that keeps 1 of them on its side of a partition goes on taking writes; set it to 2"},
+		{func(f *Failover) { f.Servers[1].MinReplicas = 3 }, "replica r:2 has min-replicas-to-write 3 but the sentinels know 2 replicas: as master it would refuse every write"},
+		{func(f *Failover) { f.Sentinels = 1 }, "the sentinels know 3 sentinels, 1 answered from the configuration"},
 		{func(f *Failover) { f.DownAfter = 12999 * time.Millisecond }, "min-replicas-max-lag 10s + 2s = 12s is more than down-after-milliseconds 12.999s - 1s = 11.999s"},
-		{func(f *Failover) { f.MaxLag, f.DownAfter = 0, 500*time.Millisecond }, "min-replicas-max-lag 0s + 2s = 2s is more than down-after-milliseconds 500ms - 500ms = 0s"},
+		{func(f *Failover) { f.MaxLag, f.DownAfter, f.Servers = time.Second, 500*time.Millisecond, fences(1, time.Second) },
+			"min-replicas-max-lag 1s + 2s = 3s is more than down-after-milliseconds 500ms - 500ms = 0s"},
 		{func(f *Failover) { f.Unread = []string{"could not read"} }, "could not read"},
 	} {
 		f := ok
+		f.Servers = fences(1, 10*time.Second)
 		c.mod(&f)
 		p := f.Problems()
 		if len(p) != 1 || !strings.HasPrefix(p[0], c.want) {

@@ -114,8 +114,11 @@ func (c *checker) sentinel(ctx context.Context, store *redislease.Store) {
 		c.fail("redis sentinel: %v", err)
 		return
 	}
-	c.ok("redis sentinel: %d of %d sentinels answer (quorum %d), %d replicas, down-after-milliseconds %v, failover-timeout %v; master: min-replicas-to-write %d, min-replicas-max-lag %v",
-		f.Sentinels, f.Known, f.Quorum, f.Replicas, f.DownAfter, f.FailoverTimeout, f.MinReplicas, f.MaxLag)
+	c.ok("redis sentinel: %d of %d sentinels answer (quorum %d), %d replicas, down-after-milliseconds %v, failover-timeout %v; the weakest of %d servers: min-replicas-to-write %d, min-replicas-max-lag %v",
+		f.Sentinels, f.Known, f.Quorum, f.Replicas, f.DownAfter, f.FailoverTimeout, len(f.Servers), f.MinReplicas, f.MaxLag)
+	for _, u := range f.Unchecked {
+		c.warn("redis sentinel: replica %s is down: its min-replicas settings were not read (it is not promoted while down; run check again once it is back)", u)
+	}
 	p := f.Problems()
 	if len(p) == 0 {
 		c.ok("redis sentinel: a master cut off from the sentinels stops taking writes before a replica can be promoted (%s)", f.Inequality())

@@ -27,7 +27,7 @@ func TestRunRefusesAnUnsafeSentinelSetup(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "min-replicas-max-lag 3s + 2s = 5s is more than down-after-milliseconds 5s - 1s = 4s") {
 		t.Fatalf("unsafe setup: %v", err)
 	}
-	s.Master().Command("CONFIG", "SET", "min-replicas-max-lag", "2")
+	s.SetAll("min-replicas-max-lag", "2")
 	if err := sentinelSafe(ctx, rc, store); err != nil {
 		t.Fatalf("safe setup: %v", err)
 	}
