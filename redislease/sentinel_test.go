@@ -248,7 +248,9 @@ func TestFailoverProblems(t *testing.T) {
 		{func(f *Failover) { f.Servers[1].MinReplicas = 3 }, "replica r:2 has min-replicas-to-write 3 but the sentinels know 2 replicas: as master it would refuse every write"},
 		{func(f *Failover) { f.Sentinels = 1 }, "the sentinels know 3 sentinels, 1 answered from the configuration"},
 		{func(f *Failover) { f.DownAfter = 12999 * time.Millisecond }, "min-replicas-max-lag 10s + 2s = 12s is more than down-after-milliseconds 12.999s - 1s = 11.999s"},
-		{func(f *Failover) { f.MaxLag, f.DownAfter, f.Servers = time.Second, 500*time.Millisecond, fences(1, time.Second) },
+		{func(f *Failover) {
+			f.MaxLag, f.DownAfter, f.Servers = time.Second, 500*time.Millisecond, fences(1, time.Second)
+		},
 			"min-replicas-max-lag 1s + 2s = 3s is more than down-after-milliseconds 500ms - 500ms = 0s"},
 		{func(f *Failover) { f.Unread = []string{"could not read"} }, "could not read"},
 	} {
