@@ -24,14 +24,22 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 # The spec as configured in spec/Lease.cfg holds; one second less does not;
-# then the sweep of ReplyMax 0..20.
+# then the sweep of ReplyMax 0..20. The failover module as configured in
+# spec/LeaseFailover.cfg holds; without the server identity rule it does not;
+# then the sweep of MaxLag against Detect, which exits 1 if the model and the
+# law part ways. Last, the tests of both laws.
 check-spec:
 	$(GO) run ./spec/cmd/leasecheck -lease-span 36 -reply-max 0
 	@$(GO) run ./spec/cmd/leasecheck -lease-span 35 -reply-max 0 -json > /dev/null; \
 	  rc=$$?; if [ $$rc -ne 1 ]; then echo "LeaseSpan 35 should violate ProcessExclusion (exit 1), got exit $$rc"; exit 1; fi; \
 	  echo "LeaseSpan 35, ReplyMax 0: ProcessExclusion violated, as it must be"
 	$(GO) run ./spec/cmd/leasecheck -sweep
-	$(GO) test -count=1 -run 'SafeMinimumLaw|Sweep' ./spec
+	$(GO) run ./spec/cmd/leasecheck -failover -lease-span 36 -max-lag 10 -detect 10
+	@$(GO) run ./spec/cmd/leasecheck -failover -rule=false -lease-span 36 -max-lag 10 -detect 10 -json > /dev/null; \
+	  rc=$$?; if [ $$rc -ne 1 ]; then echo "LeaseFailover without the rule should violate ProcessExclusion (exit 1), got exit $$rc"; exit 1; fi; \
+	  echo "LeaseFailover without the rule, MaxLag 10, Detect 10: ProcessExclusion violated, as it must be"
+	$(GO) run ./spec/cmd/leasecheck -failover -sweep -detects 0,5,10,20
+	$(GO) test -count=1 -run 'SafeMinimumLaw|^TestSweep|FailoverSafeLaw|FailoverLawWithoutRule' ./spec
 
 bench:
 	$(GO) test -run XXX -bench . ./spec ./policy

@@ -27,3 +27,16 @@ func BenchmarkCheckSeed56(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckFailoverSeed checks LeaseFailover.tla as configured in
+// LeaseFailover.cfg (LeaseSpan 36, MaxLag 10, Detect 10, Rule): every
+// reachable state, both invariants and Handoff.
+func BenchmarkCheckFailoverSeed(b *testing.B) {
+	f := SeedFailover(36, 10, 10, true)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := f.Check(); err != nil || !r.OK() {
+			b.Fatal(r.Violated, err)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package spec
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 )
 
 // How the checker decides, and why it is complete for this module.
@@ -39,7 +38,12 @@ import (
 // no deadlock and no such component is reachable. In this module, with
 // PollLow >= 1, every cycle would need a Tick, Tick strictly raises now, and
 // now is bounded: the graph is acyclic and case (b) never fires; the check
-// does not rely on that argument, it verifies it.
+// does not rely on that argument, it verifies it. That matters for
+// LeaseFailover.tla, whose clock stops at Settle: there, only the check
+// shows that no fair cycle avoids Done.
+
+// The same search and the same decision serve every module in this package
+// (Lease.tla and LeaseFailover.tla): module describes one instance to them.
 
 // MaxStates bounds the search; a model whose TypeOK fails may otherwise grow
 // without end.
@@ -48,12 +52,15 @@ const MaxStates = 20_000_000
 // ErrTooManyStates reports a search that passed MaxStates.
 var ErrTooManyStates = errors.New("spec: state space exceeds MaxStates")
 
-// Step is one step of a behaviour: the action taken and the state after it.
-// The first step's action is "Init".
-type Step struct {
+// StepOf is one step of a behaviour of a module whose states are S: the
+// action taken and the state after it. The first step's action is "Init".
+type StepOf[S any] struct {
 	Action string `json:"action"`
-	State  State  `json:"state"`
+	State  S      `json:"state"`
 }
+
+// Step is one step of a behaviour of Lease.tla.
+type Step = StepOf[State]
 
 // Kinds of counterexample.
 const (
@@ -78,33 +85,46 @@ type Result struct {
 // OK reports whether every property holds.
 func (r Result) OK() bool { return r.TypeOK && r.ProcessExclusion && r.Handoff }
 
+// module is one instance of a module, as the search needs it: its initial
+// state, its invariants, Done, and Next's disjuncts (each weakly fair, each
+// step of each changing some variable), with key packing a state that
+// satisfies TypeOK into a smaller comparable value.
+type module[S, K comparable] struct {
+	name      string // for errors: the instance and its constants
+	init      S
+	key       func(S) K
+	typeOK    func(S) bool
+	exclusion func(S) bool
+	done      func(S) bool
+	actions   []string
+	next      []func(S, func(S))
+}
+
+// all is the set of every action, as a bit mask over actions.
+func (m *module[S, K]) all() uint32 { return 1<<len(m.actions) - 1 }
+
 // graph is the reachable state graph in breadth-first order: state i's
 // successors are edgeTo[edgeStart[i]:edgeStart[i+1]].
-type graph struct {
-	lease     Lease
-	states    []State
-	index     map[uint64]int32 // by key(state)
-	parent    []int32          // breadth-first tree; -1 for Init
-	via       []uint8          // the action that reached the state from its parent
+type graph[S, K comparable] struct {
+	m         *module[S, K]
+	states    []S
+	index     map[K]int32 // by key(state)
+	parent    []int32     // breadth-first tree; -1 for Init
+	via       []uint8     // the action that reached the state from its parent
 	edgeStart []int32
 	edgeTo    []int32
 	edgeAct   []uint8
-	enabled   []uint16 // bit a set: Actions[a] has a successor here
-}
-
-const allActions = 1<<13 - 1
-
-func init() {
-	if len(Actions) != bits.OnesCount16(allActions) {
-		panic("spec: allActions does not match Actions")
-	}
+	enabled   []uint32 // bit a set: action a has a successor here
 }
 
 // explore builds the reachable graph. It stops early, returning the index of
 // the state, as soon as stop reports true for a newly found state.
-func explore(l Lease, stop func(State) bool) (*graph, int32, error) {
-	g := &graph{lease: l, index: make(map[uint64]int32)}
-	if stopped := g.add(Init(), -1, 0, stop); stopped {
+func explore[S, K comparable](m *module[S, K], stop func(S) bool) (*graph[S, K], int32, error) {
+	if len(m.actions) > 32 || len(m.next) != len(m.actions) {
+		panic("spec: a module needs one function per action, at most 32")
+	}
+	g := &graph[S, K]{m: m, index: make(map[K]int32)}
+	if stopped := g.add(m.init, -1, 0, stop); stopped {
 		return g, 0, nil
 	}
 	// One callback for the whole search: it reads the state being expanded
@@ -112,12 +132,12 @@ func explore(l Lease, stop func(State) bool) (*graph, int32, error) {
 	var (
 		from  int32
 		act   int
-		mask  uint16
+		mask  uint32
 		found int32 = -1
 	)
-	emit := func(t State) {
+	emit := func(t S) {
 		mask |= 1 << act
-		j, ok := g.index[key(t)]
+		j, ok := g.index[m.key(t)]
 		if !ok {
 			j = int32(len(g.states))
 			if g.add(t, from, uint8(act), stop) && found < 0 {
@@ -133,9 +153,9 @@ func explore(l Lease, stop func(State) bool) (*graph, int32, error) {
 		// A state outside TypeOK is reported, not expanded: what follows a
 		// type error means nothing, and the bound keeps the graph finite
 		// and every key distinct.
-		if l.TypeOK(g.states[from]) {
-			for act = range Actions {
-				Actions[act].Next(l, g.states[from], emit)
+		if m.typeOK(g.states[from]) {
+			for act = range m.next {
+				m.next[act](g.states[from], emit)
 			}
 		}
 		g.enabled = append(g.enabled, mask)
@@ -143,40 +163,93 @@ func explore(l Lease, stop func(State) bool) (*graph, int32, error) {
 			return g, found, nil
 		}
 		if len(g.states) > MaxStates {
-			return nil, -1, fmt.Errorf("%w (%d) for %+v", ErrTooManyStates, MaxStates, l)
+			return nil, -1, fmt.Errorf("%w (%d) for %s", ErrTooManyStates, MaxStates, m.name)
 		}
 	}
 	g.edgeStart = append(g.edgeStart, int32(len(g.edgeTo)))
 	return g, -1, nil
 }
 
-func (g *graph) add(s State, parent int32, via uint8, stop func(State) bool) bool {
-	g.index[key(s)] = int32(len(g.states))
+func (g *graph[S, K]) add(s S, parent int32, via uint8, stop func(S) bool) bool {
+	g.index[g.m.key(s)] = int32(len(g.states))
 	g.states = append(g.states, s)
 	g.parent = append(g.parent, parent)
 	g.via = append(g.via, via)
 	return stop != nil && stop(s)
 }
 
-func (g *graph) successors(i int32) ([]int32, []uint8) {
+func (g *graph[S, K]) successors(i int32) ([]int32, []uint8) {
 	lo, hi := g.edgeStart[i], g.edgeStart[i+1]
 	return g.edgeTo[lo:hi], g.edgeAct[lo:hi]
 }
 
 // pathTo returns the breadth-first (shortest) behaviour from Init to i.
-func (g *graph) pathTo(i int32) []Step {
-	var rev []Step
+func (g *graph[S, K]) pathTo(i int32) []StepOf[S] {
+	var rev []StepOf[S]
 	for ; i >= 0; i = g.parent[i] {
 		name := "Init"
 		if g.parent[i] >= 0 {
-			name = Actions[g.via[i]].Name
+			name = g.m.actions[g.via[i]]
 		}
-		rev = append(rev, Step{name, g.states[i]})
+		rev = append(rev, StepOf[S]{name, g.states[i]})
 	}
 	for a, b := 0, len(rev)-1; a < b; a, b = a+1, b-1 {
 		rev[a], rev[b] = rev[b], rev[a]
 	}
 	return rev
+}
+
+// verdict is what decide finds for one instance.
+type verdict[S any] struct {
+	states                     int
+	typeOK, exclusion, handoff bool
+	violated, kind             string
+	cycleFrom                  *int
+	counterexample             []StepOf[S]
+}
+
+// decide explores every reachable state of m and checks TypeOK,
+// ProcessExclusion and Handoff. The counterexample, if any, is for the first
+// property violated in that order.
+func decide[S, K comparable](m *module[S, K]) (verdict[S], error) {
+	g, _, err := explore(m, nil)
+	if err != nil {
+		return verdict[S]{}, err
+	}
+	r := verdict[S]{states: len(g.states), typeOK: true, exclusion: true, handoff: true}
+	for i, s := range g.states {
+		typeOK, excl := m.typeOK(s), m.exclusion(s)
+		if r.violated == "" && !typeOK {
+			r.violated, r.kind, r.counterexample = "TypeOK", KindInvariant, g.pathTo(int32(i))
+		}
+		if r.violated == "" && !excl {
+			r.violated, r.kind, r.counterexample = "ProcessExclusion", KindInvariant, g.pathTo(int32(i))
+		}
+		r.typeOK = r.typeOK && typeOK
+		r.exclusion = r.exclusion && excl
+	}
+	steps, cycleFrom := g.handoffCounterexample()
+	if steps != nil {
+		r.handoff = false
+		if r.violated == "" {
+			r.violated, r.counterexample = "Handoff", steps
+			r.kind = KindDeadlock
+			if cycleFrom >= 0 {
+				r.kind, r.cycleFrom = KindCycle, &cycleFrom
+			}
+		}
+	}
+	return r, nil
+}
+
+// firstWhere returns a shortest behaviour to a state for which stop reports
+// true, or nil when no reachable state does.
+func firstWhere[S, K comparable](m *module[S, K], stop func(S) bool) ([]StepOf[S], error) {
+	g, found, err := explore(m, stop)
+	if err != nil || found < 0 {
+		return nil, err
+	}
+	return g.pathTo(found), nil
 }
 
 // Check explores every reachable state of l and checks TypeOK,
@@ -190,34 +263,14 @@ func (l Lease) Check() (Result, error) {
 }
 
 func (l Lease) check() (Result, error) {
-	g, _, err := explore(l, nil)
+	v, err := decide(l.module())
 	if err != nil {
 		return Result{}, err
 	}
-	r := Result{Lease: l, States: len(g.states), TypeOK: true, ProcessExclusion: true, Handoff: true}
-	for i, s := range g.states {
-		typeOK, excl := l.TypeOK(s), ProcessExclusion(s)
-		if r.Violated == "" && !typeOK {
-			r.Violated, r.Kind, r.Counterexample = "TypeOK", KindInvariant, g.pathTo(int32(i))
-		}
-		if r.Violated == "" && !excl {
-			r.Violated, r.Kind, r.Counterexample = "ProcessExclusion", KindInvariant, g.pathTo(int32(i))
-		}
-		r.TypeOK = r.TypeOK && typeOK
-		r.ProcessExclusion = r.ProcessExclusion && excl
-	}
-	steps, cycleFrom := g.handoffCounterexample()
-	if steps != nil {
-		r.Handoff = false
-		if r.Violated == "" {
-			r.Violated, r.Counterexample = "Handoff", steps
-			r.Kind = KindDeadlock
-			if cycleFrom >= 0 {
-				r.Kind, r.CycleFrom = KindCycle, &cycleFrom
-			}
-		}
-	}
-	return r, nil
+	return Result{
+		Lease: l, States: v.states, TypeOK: v.typeOK, ProcessExclusion: v.exclusion, Handoff: v.handoff,
+		Violated: v.violated, Kind: v.kind, CycleFrom: v.cycleFrom, Counterexample: v.counterexample,
+	}, nil
 }
 
 // Excludes reports whether ProcessExclusion holds, stopping at the first
@@ -226,16 +279,33 @@ func (l Lease) Excludes() (bool, error) {
 	if err := l.Validate(); err != nil {
 		return false, err
 	}
-	_, found, err := explore(l, func(s State) bool { return !ProcessExclusion(s) })
-	return found < 0, err
+	steps, err := firstWhere(l.module(), func(s State) bool { return !ProcessExclusion(s) })
+	return steps == nil, err
+}
+
+// module describes l to the search.
+func (l Lease) module() *module[State, uint64] {
+	m := &module[State, uint64]{
+		name:      fmt.Sprintf("%+v", l),
+		init:      Init(),
+		key:       key,
+		typeOK:    l.TypeOK,
+		exclusion: ProcessExclusion,
+		done:      Done,
+	}
+	for _, a := range Actions {
+		m.actions = append(m.actions, a.Name)
+		m.next = append(m.next, func(s State, emit func(State)) { a.Next(l, s, emit) })
+	}
+	return m
 }
 
 // handoffCounterexample returns a behaviour that never reaches Done and is
 // fair, or nil. cycleFrom is the index where the repeating part starts, or
 // -1 for a deadlock.
-func (g *graph) handoffCounterexample() ([]Step, int) {
+func (g *graph[S, K]) handoffCounterexample() ([]StepOf[S], int) {
 	for i, s := range g.states {
-		if !Done(s) && g.enabled[i] == 0 {
+		if !g.m.done(s) && g.enabled[i] == 0 {
 			return g.pathTo(int32(i)), -1
 		}
 	}
@@ -255,11 +325,11 @@ func (g *graph) handoffCounterexample() ([]Step, int) {
 }
 
 // fairCycle applies the weak-fairness test of case (b) to component c.
-func (g *graph) fairCycle(comp []int32, c int32, members []int32) bool {
-	var taken, disabled uint16
+func (g *graph[S, K]) fairCycle(comp []int32, c int32, members []int32) bool {
+	var taken, disabled uint32
 	internal := false
 	for _, i := range members {
-		disabled |= allActions &^ g.enabled[i]
+		disabled |= g.m.all() &^ g.enabled[i]
 		to, act := g.successors(i)
 		for k, j := range to {
 			if comp[j] == c {
@@ -268,12 +338,12 @@ func (g *graph) fairCycle(comp []int32, c int32, members []int32) bool {
 			}
 		}
 	}
-	return internal && taken|disabled == allActions
+	return internal && taken|disabled == g.m.all()
 }
 
 // components labels every non-Done state with its strongly connected
 // component (Tarjan's algorithm, iterative). Done states get -1.
-func (g *graph) components() ([]int32, int) {
+func (g *graph[S, K]) components() ([]int32, int) {
 	n := len(g.states)
 	comp := make([]int32, n)
 	low := make([]int32, n)
@@ -287,7 +357,7 @@ func (g *graph) components() ([]int32, int) {
 		comp[i] = -1
 	}
 	for root := int32(0); int(root) < n; root++ {
-		if order[root] != 0 || Done(g.states[root]) {
+		if order[root] != 0 || g.m.done(g.states[root]) {
 			continue
 		}
 		calls = append(calls, frame{root, g.edgeStart[root]})
@@ -302,7 +372,7 @@ func (g *graph) components() ([]int32, int) {
 				w := g.edgeTo[f.edge]
 				f.edge++
 				switch {
-				case Done(g.states[w]):
+				case g.m.done(g.states[w]):
 				case order[w] == 0:
 					order[w], low[w] = next, next
 					next++
@@ -340,7 +410,7 @@ func (g *graph) components() ([]int32, int) {
 // Init to the component's state nearest Init, then a loop inside the
 // component that takes every action taken there and visits, for each other
 // action, a state that disables it, and returns to where it began.
-func (g *graph) lasso(comp []int32, c int32, members []int32) ([]Step, int) {
+func (g *graph[S, K]) lasso(comp []int32, c int32, members []int32) ([]StepOf[S], int) {
 	entry := members[0]
 	for _, i := range members {
 		entry = min(entry, i)
@@ -356,13 +426,13 @@ func (g *graph) lasso(comp []int32, c int32, members []int32) ([]Step, int) {
 	take := func(from int32, k int32) {
 		walk(from)
 		j := g.edgeTo[k]
-		steps = append(steps, Step{Actions[g.edgeAct[k]].Name, g.states[j]})
+		steps = append(steps, StepOf[S]{g.m.actions[g.edgeAct[k]], g.states[j]})
 		cur = j
 	}
-	var covered uint16
+	var covered uint32
 	for _, i := range members {
 		for k := g.edgeStart[i]; k < g.edgeStart[i+1]; k++ {
-			a := uint16(1) << g.edgeAct[k]
+			a := uint32(1) << g.edgeAct[k]
 			if comp[g.edgeTo[k]] == c && covered&a == 0 {
 				covered |= a
 				take(i, k)
@@ -370,7 +440,7 @@ func (g *graph) lasso(comp []int32, c int32, members []int32) ([]Step, int) {
 		}
 	}
 	for _, i := range members {
-		if missing := allActions &^ g.enabled[i] &^ covered; missing != 0 {
+		if missing := g.m.all() &^ g.enabled[i] &^ covered; missing != 0 {
 			covered |= missing
 			walk(i)
 		}
@@ -381,7 +451,7 @@ func (g *graph) lasso(comp []int32, c int32, members []int32) ([]Step, int) {
 
 // pathWithin returns the steps of a shortest path from a to b that stays in
 // component c (empty when a == b).
-func (g *graph) pathWithin(comp []int32, c, a, b int32) []Step {
+func (g *graph[S, K]) pathWithin(comp []int32, c, a, b int32) []StepOf[S] {
 	type hop struct {
 		from int32
 		edge int32
@@ -404,10 +474,10 @@ func (g *graph) pathWithin(comp []int32, c, a, b int32) []Step {
 			queue = append(queue, w)
 		}
 	}
-	var rev []Step
+	var rev []StepOf[S]
 	for v := b; v != a; v = prev[v].from {
 		k := prev[v].edge
-		rev = append(rev, Step{Actions[g.edgeAct[k]].Name, g.states[v]})
+		rev = append(rev, StepOf[S]{g.m.actions[g.edgeAct[k]], g.states[v]})
 	}
 	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
 		rev[i], rev[j] = rev[j], rev[i]

@@ -13,11 +13,18 @@ var ErrNotBehaviour = errors.New("spec: not a behaviour of the module")
 // non-negative cycleFrom also requires the last state to equal the state at
 // that index, closing a loop of at least one step.
 func (l Lease) Replay(steps []Step, cycleFrom int) error {
-	if len(steps) == 0 || steps[0].Action != "Init" || steps[0].State != Init() {
+	return replaySteps(l.module(), steps, cycleFrom)
+}
+
+// Enabled lists the actions that have a successor in s.
+func (l Lease) Enabled(s State) []string { return enabled(l.module(), s) }
+
+func replaySteps[S, K comparable](m *module[S, K], steps []StepOf[S], cycleFrom int) error {
+	if len(steps) == 0 || steps[0].Action != "Init" || steps[0].State != m.init {
 		return fmt.Errorf("%w: it does not start with Init", ErrNotBehaviour)
 	}
 	for i := 1; i < len(steps); i++ {
-		if !l.allows(steps[i-1].State, steps[i]) {
+		if !allows(m, steps[i-1].State, steps[i]) {
 			return fmt.Errorf("%w: step %d (%s) does not lead from %v to %v",
 				ErrNotBehaviour, i, steps[i].Action, steps[i-1].State, steps[i].State)
 		}
@@ -32,26 +39,25 @@ func (l Lease) Replay(steps []Step, cycleFrom int) error {
 }
 
 // allows reports whether the action named in step leads from s to step.State.
-func (l Lease) allows(s State, step Step) bool {
-	for _, act := range Actions {
-		if act.Name != step.Action {
+func allows[S, K comparable](m *module[S, K], s S, step StepOf[S]) bool {
+	for a, name := range m.actions {
+		if name != step.Action {
 			continue
 		}
 		ok := false
-		act.Next(l, s, func(t State) { ok = ok || t == step.State })
+		m.next[a](s, func(t S) { ok = ok || t == step.State })
 		return ok
 	}
 	return false
 }
 
-// Enabled lists the actions that have a successor in s.
-func (l Lease) Enabled(s State) []string {
+func enabled[S, K comparable](m *module[S, K], s S) []string {
 	var names []string
-	for _, act := range Actions {
+	for a, name := range m.actions {
 		some := false
-		act.Next(l, s, func(State) { some = true })
+		m.next[a](s, func(S) { some = true })
 		if some {
-			names = append(names, act.Name)
+			names = append(names, name)
 		}
 	}
 	return names

@@ -17,15 +17,25 @@ var (
 	primedRE    = regexp.MustCompile(`(\w+)'`)
 	unchangedRE = regexp.MustCompile(`UNCHANGED <<([^>]*)>>`)
 	tupleRE     = regexp.MustCompile(`<<([^>]*)>>`)
+	commentRE   = regexp.MustCompile(`\\\*.*`)
 )
 
 func readModule(t *testing.T) (defs map[string]string, variables []string) {
 	t.Helper()
-	src, err := os.ReadFile("Lease.tla")
+	return readModuleFile(t, "Lease.tla")
+}
+
+// readModuleFile returns a module's definitions (name to body, for those
+// that start a line as `Name ==`) and its declared variables, in order.
+func readModuleFile(t *testing.T, file string) (defs map[string]string, variables []string) {
+	t.Helper()
+	src, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(src)
+	// Comments say what the definitions mean; only the definitions count
+	// (a comment's "standby's" is no primed variable).
+	text := commentRE.ReplaceAllString(string(src), "")
 	decl := text[strings.Index(text, "VARIABLES")+len("VARIABLES") : strings.Index(text, "vars ==")]
 	variables = words(decl)
 	defs = map[string]string{}
