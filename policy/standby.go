@@ -40,8 +40,8 @@ func (m *Machine) see(r Record, moved bool) {
 		// tells) is witnessed; a first value, or one under a new or an
 		// unknown server, or an older state, is not.
 		// A release is its holder's, over its own record (same holder
-		// and token), or the operator's over a stop_failed one
-		// (`unitlease clear`). One that replaces a missing key, a value
+		// and token; `unitlease clear` writes it so too, over a
+		// stop_failed record). One that replaces a missing key, a value
 		// that is no record, or another holder's record (`unitlease
 		// reset`, perhaps after garbage came and went between two polls)
 		// released nothing: the holder whose renewals failed may run its
@@ -49,7 +49,7 @@ func (m *Machine) see(r Record, moved bool) {
 		legacy := r.Server == "" && !m.identified // a store that never tells
 		p := m.seen
 		after := m.haveSeen && p.Present && p.Version > 0 && p.Other == nil &&
-			(!r.Released || p.StopFailed || r.Holder == p.Holder && r.Token == p.Token)
+			(!r.Released || r.Holder == p.Holder && r.Token == p.Token)
 		m.witnessed = !moved && !older && (legacy && (!m.haveSeen || after) || after && r.Server != "")
 		m.seen, m.seenAt, m.haveSeen = r, m.now, true
 	}

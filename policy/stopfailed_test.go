@@ -52,8 +52,8 @@ func TestAFailedStopIsWrittenAtOnce(t *testing.T) {
 
 // TestStandbyNeverAcquiresOverAFailedStop: a stop_failed record is never
 // acquired over, however long it stays the same (its holder may have died
-// with its unit still running); once released (by its holder, or cleared
-// by an operator) it is taken at once.
+// with its unit still running); once released in its holder's name (by
+// the holder, or cleared by an operator) it is taken at once.
 func TestStandbyNeverAcquiresOverAFailedStop(t *testing.T) {
 	tm := DefaultTiming()
 	d := booted(t, tm)
@@ -71,8 +71,17 @@ func TestStandbyNeverAcquiresOverAFailedStop(t *testing.T) {
 	if d.now.Sub(0) < 10*tm.SafeMinimum() {
 		t.Fatalf("only %v simulated", d.now)
 	}
+	// Released in b's name and token (by b, or cleared by an operator):
+	// taken at once.
 	d.wake().want(Standby, Observe)
-	d.after(0, seen(released("c", 8))).want(Acquiring, Acquire)
+	d.after(0, seen(released("b", 8))).want(Acquiring, Acquire)
+
+	// A released record in another name after it (a reset, over garbage
+	// the standby never read) released nothing: aged.
+	d2 := booted(t, tm)
+	d2.at(0, seen(r)).want(Standby)
+	d2.wake().want(Standby, Observe)
+	d2.after(0, seen(released("ops", 9))).want(Standby)
 }
 
 // TestAStopFailedWithoutTheLeaseWritesNothing: a node that does not hold

@@ -254,9 +254,12 @@ return okreply(new, garbage)
 // clearScript is the operator's word that a node whose stop failed was
 // cleaned up by hand: KEYS[1] lease key, KEYS[2..] unit keys that named
 // the lease's record when the operator looked. ARGV: expected value (a
-// stop_failed record), holder, token, ttl ms, events channel, lease name
-// (escaped). It replaces exactly that record with a released one, and the
-// unit keys that still hold it, under this lease's name, with the same.
+// stop_failed record), ttl ms, events channel, lease name (escaped). It
+// replaces exactly that record with a released one in its holder's name
+// and token, as the holder would have released it once its units
+// stopped (so a standby that saw the stop_failed record tells it from a
+// reset, which names another holder), and the unit keys that still hold
+// it, under this lease's name, with the same.
 var clearScript = redis.NewScript(recordLua + `
 local cur = redis.call('GET', KEYS[1])
 if cur ~= ARGV[1] then
@@ -266,14 +269,14 @@ end
 local rec = decode(cur)
 if not rec then return {'garbage', cur} end
 if rec.state ~= 'stop_failed' then return {'conflict', cur} end
-local new = record(ARGV[2], rec.version + 1, ARGV[3], 'released', string.format('%d', rec.lease_span_ms))
-redis.call('SET', KEYS[1], new, 'PX', ARGV[4])
+local new = record(rec.holder, rec.version + 1, rec.token, 'released', string.format('%d', rec.lease_span_ms))
+redis.call('SET', KEYS[1], new, 'PX', ARGV[2])
 for i = 2, #KEYS do
-  if redis.call('GET', KEYS[i]) == unitvalue(ARGV[6], cur) then
-    redis.call('SET', KEYS[i], unitvalue(ARGV[6], new), 'PX', ARGV[4])
+  if redis.call('GET', KEYS[i]) == unitvalue(ARGV[4], cur) then
+    redis.call('SET', KEYS[i], unitvalue(ARGV[4], new), 'PX', ARGV[2])
   end
 end
-redis.call('PUBLISH', ARGV[5], new)
+redis.call('PUBLISH', ARGV[3], new)
 return {'ok', new}
 `)
 

@@ -81,7 +81,7 @@ func TestClearReleasesAStopFailedRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !was.Same(blocked) || !now.Released || now.Holder != "node-c" || now.Version != blocked.Version+1 {
+	if !was.Same(blocked) || !now.Released || now.Holder != "node-a" || now.Token != blocked.Token || now.Version != blocked.Version+1 {
 		t.Fatalf("cleared %+v into %+v", was, now)
 	}
 	if len(cleared) != 2 || cleared[0] != "db.service" || cleared[1] != "web.service" {

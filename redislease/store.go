@@ -375,8 +375,9 @@ var ErrNotStopFailed = errors.New("not stop_failed")
 
 // Clear is the operator's word that the node named in the lease's
 // stop_failed record was cleaned up by hand (its units' processes are
-// gone): it replaces exactly the record it read with a released one,
-// written by this node, and every unit key that mirrors that record with
+// gone): it replaces exactly the record it read with a released one in
+// that node's name and token (as it would have released it), and every
+// unit key that mirrors that record with
 // the same, so that a standby acquires at once. It refuses a record in
 // any other state (ErrNotStopFailed) or a missing one, and a record that
 // changed since it read it (a *ConflictError). It returns the record it
@@ -399,12 +400,8 @@ func (s *Store) Clear(ctx context.Context, name string) (was, now policy.Record,
 	if err != nil {
 		return was, now, nil, err
 	}
-	token, err := newToken()
-	if err != nil {
-		return was, now, nil, err
-	}
 	reply, server, err := s.run(ctx, clearScript, name, units,
-		was.Raw, s.node, token, s.TTL().Milliseconds(), s.Channel(name), esc)
+		was.Raw, s.TTL().Milliseconds(), s.Channel(name), esc)
 	if err != nil {
 		return was, now, nil, err
 	}

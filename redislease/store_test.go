@@ -403,8 +403,8 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.URL, c.CertFile = "rediss://127.0.0.1:1/0", "/x" }, "go together"},
 		{func(c *Config) { c.PasswordFile = "/nonexistent" }, "password_file"},
 		{func(c *Config) { c.ReplyMax = 0 }, "must be positive"},
-		{func(c *Config) { c.URL = "redis://127.0.0.1:26379/0?master_name=mymaster" }, "Redis Sentinel is not supported"},
-		{func(c *Config) { c.URL = "redis+sentinel://127.0.0.1:26379/mymaster" }, "Redis Sentinel is not supported"},
+		{func(c *Config) { c.URL = "redis://127.0.0.1:26379/0?master_name=mymaster" }, "Sentinel is not configured through the URL"},
+		{func(c *Config) { c.URL = "redis+sentinel://127.0.0.1:26379/mymaster" }, "Sentinel is not configured through the URL"},
 		{func(c *Config) { c.URL = "redis://127.0.0.1:7000/0?addr=127.0.0.1:7001" }, "(Redis Cluster) are not supported"},
 	} {
 		cfg := base
