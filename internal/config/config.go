@@ -191,6 +191,9 @@ func (c *Config) node(v *string, at func(key, msg string) error) error {
 }
 
 func (c *Config) redisDefaults(at func(key, msg string) error) error {
+	if len(c.Redis.Sentinels) == 0 {
+		c.Redis.Sentinels = nil // sentinels = [] is the default, none
+	}
 	if c.Redis.URL == "" && len(c.Redis.Sentinels) == 0 {
 		c.Redis.URL = "redis://127.0.0.1:6379/0"
 	}
