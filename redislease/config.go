@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -141,17 +142,7 @@ func (c Config) master() (*redis.Options, error) {
 		if c.TLS || c.DB != 0 {
 			return nil, configErr("", "tls and db go with sentinels; with url, say rediss:// and the database in the URL")
 		}
-		if err := notReplicated(c.URL); err != nil {
-			return nil, err
-		}
-		opt, err := redis.ParseURL(c.URL)
-		if err != nil {
-			return nil, configErr("url", "%v", redactURLError(err, c.URL))
-		}
-		if opt.Password != "" {
-			return nil, configErr("url", "a password in the URL would show wherever the URL is printed; put it in password_file")
-		}
-		return opt, nil
+		return parseURL(c.URL)
 	}
 	switch {
 	case c.URL != "":
@@ -220,11 +211,7 @@ func (c Config) failover(opt *redis.Options) (*redis.FailoverOptions, error) {
 // the same lease while the first still runs the unit. A Cluster spreads
 // the keys over masters with the same failover, and pub/sub counts per
 // node, which a handoff's "is a peer watching?" relies on.
-func notReplicated(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil // ParseURL reports it
-	}
+func notReplicated(u *url.URL) error {
 	q := u.Query()
 	switch {
 	case strings.Contains(u.Scheme, "sentinel") || q.Has("master_name"):
@@ -235,12 +222,113 @@ func notReplicated(raw string) error {
 	return nil
 }
 
-func redactURLError(err error, url string) string {
-	msg := err.Error()
-	if i := strings.Index(url, "@"); i >= 0 {
-		msg = strings.ReplaceAll(msg, url[:i], "<credentials>")
+// parseURL reads redis://[user@]host[:port][/db] or rediss://, and
+// nothing else: a password (it would show wherever the URL is printed),
+// a query option (go-redis would take any of its own, certificate
+// verification's off switch among them) or a fragment is refused. No
+// message quotes the URL: its user info stays out of every log.
+func parseURL(raw string) (*redis.Options, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL
+		}
+		if strings.Contains(err.Error(), "@") || strings.Contains(raw, "@") && strings.Contains(err.Error(), "invalid") {
+			// A message about the part before the host may echo it.
+			return nil, configErr("url", "not a URL like redis://user@host:6379/0 (the part before the host is malformed)")
+		}
+		return nil, configErr("url", "not a URL like redis://user@host:6379/0: %v", err)
 	}
-	return msg
+	if err := notReplicated(u); err != nil {
+		return nil, err
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, configErr("url", "scheme %q is not redis:// or rediss://", u.Scheme)
+	}
+	if _, set := u.User.Password(); set {
+		return nil, configErr("url", "a password in the URL would show wherever the URL is printed; put it in password_file")
+	}
+	if q := u.Query(); len(q) > 0 {
+		var names []string
+		for k := range q {
+			names = append(names, strconv.Quote(k))
+		}
+		slices.Sort(names)
+		if q.Has("skip_verify") {
+			return nil, configErr("url", "option \"skip_verify\" is not supported: certificate verification cannot be turned off (ca_file names the certificates to trust)")
+		}
+		if len(names) == 1 {
+			return nil, configErr("url", "option %s is not supported: the URL takes only redis://[user@]host[:port][/db]; unitlease.toml sets the rest", names[0])
+		}
+		return nil, configErr("url", "options %s are not supported: the URL takes only redis://[user@]host[:port][/db]; unitlease.toml sets the rest", strings.Join(names, ", "))
+	}
+	if u.Fragment != "" || strings.HasSuffix(raw, "#") {
+		return nil, configErr("url", "a fragment (\"#...\") has no meaning here")
+	}
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		return nil, configErr("url", "no host")
+	}
+	if port == "" {
+		port = "6379"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return nil, configErr("url", "port %q is not a port number", port)
+	}
+	opt := &redis.Options{Addr: net.JoinHostPort(host, port), Username: u.User.Username()}
+	if path := strings.TrimPrefix(u.Path, "/"); path != "" {
+		db, err := strconv.Atoi(path)
+		if err != nil || db < 0 || strconv.Itoa(db) != path {
+			return nil, configErr("url", "the path %q is not a database number", u.Path)
+		}
+		opt.DB = db
+	}
+	if u.Scheme == "rediss" {
+		opt.TLSConfig = &tls.Config{ServerName: host}
+	}
+	return opt, nil
+}
+
+// Plaintext lists the hosts the configuration reaches over plain TCP
+// that are not this machine (not loopback): the password and every record
+// would cross the network in clear.
+func (c Config) Plaintext() []string {
+	var hosts []string
+	add := func(host string) {
+		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+			return
+		}
+		hosts = append(hosts, host)
+	}
+	if c.Sentinel() {
+		if !c.TLS {
+			for _, a := range c.Sentinels {
+				if h, _, err := net.SplitHostPort(a); err == nil {
+					add(h)
+				}
+			}
+		}
+		return hosts
+	}
+	if u, err := url.Parse(c.URL); err == nil && u.Scheme == "redis" {
+		add(u.Hostname())
+	}
+	return hosts
+}
+
+// Where is the Redis the configuration names, for messages: the URL
+// without its user, or the master's name and the sentinels.
+func (c Config) Where() string {
+	if c.Sentinel() {
+		return fmt.Sprintf("master %s via sentinels %s", c.MasterName, strings.Join(c.Sentinels, ", "))
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return "(the url in the configuration)"
+	}
+	u.User = nil
+	return u.String()
 }
 
 // readSecret reads a password file, refusing one that group or others can

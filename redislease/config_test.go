@@ -30,7 +30,7 @@ func TestConfigErrorKeys(t *testing.T) {
 		{func(c *Config) { c.ReplyMax = 0 }, "",
 			"redislease: bad configuration: reply_max 0s and lease_span 1m0s must be positive"},
 		{func(c *Config) { c.URL = "http://x" }, "url",
-			"redislease: bad configuration: url: redis: invalid URL scheme: http"},
+			"redislease: bad configuration: url: scheme \"http\" is not redis:// or rediss://"},
 		{func(c *Config) { c.URL = "redis://u:hunter2@127.0.0.1:1/0" }, "url",
 			"redislease: bad configuration: url: a password in the URL would show wherever the URL is printed; put it in password_file"},
 		{func(c *Config) { c.URL = "redis://127.0.0.1:7000/0?addr=127.0.0.1:7001" }, "url",

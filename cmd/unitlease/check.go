@@ -84,9 +84,9 @@ func (c *checker) redis(ctx context.Context, cfg *config.Config) {
 	}
 	defer store.Close()
 	rc := cfg.RedisConfig()
-	where := rc.URL
-	if rc.Sentinel() {
-		where = fmt.Sprintf("master %s via sentinels %s", rc.MasterName, strings.Join(rc.Sentinels, ", "))
+	where := rc.Where()
+	if hosts := rc.Plaintext(); len(hosts) > 0 {
+		c.warn("redis %s: plain TCP to %s, not this machine: the password and every record cross the network in clear; use rediss:// (or tls = true with sentinels) and ca_file", where, strings.Join(hosts, ", "))
 	}
 	if err := store.Ping(ctx); err != nil {
 		c.fail("redis %s: %v", where, err)

@@ -129,7 +129,7 @@ func TestErrorKeysAndLines(t *testing.T) {
 		{"[redis]\n\npassword_file = \"/nonexistent\"\n", 3, "redis.password_file", "stat /nonexistent:"},
 		{"[redis]\nurl = \"rediss://h:1/0\"\nca_file = \"/nonexistent\"\n", 3, "redis.ca_file", "open /nonexistent:"},
 		{"[redis]\nurl = \"redis://u:pw@h:1/0\"\n", 2, "redis.url", "a password in the URL would show"},
-		{"[redis]\nurl = \"http://x\"\n", 2, "redis.url", "redis: invalid URL scheme: http"},
+		{"[redis]\nurl = \"http://x\"\n", 2, "redis.url", `scheme "http" is not redis:// or rediss://`},
 	} {
 		_, err := Parse("u.toml", []byte(c.doc))
 		var ce *Error
