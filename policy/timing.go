@@ -191,16 +191,26 @@ type timingKey struct {
 	value    time.Duration
 	zeroOK   bool
 	zeroNote string
+	least    time.Duration // the smallest value that is not a busy loop
+	why      string
 }
+
+// The smallest retry and poll intervals: below them a lease's loop
+// hammers Redis (a thousand leases polled every 50 ms are 20,000 reads a
+// second) for no gain in failover time, which the lease span dominates.
+const (
+	MinInterval = 50 * time.Millisecond
+	MinReplyMax = time.Millisecond
+)
 
 func (t Timing) keys() []timingKey {
 	return []timingKey{
-		{name: "retry", value: t.Retry},
+		{name: "retry", value: t.Retry, least: MinInterval, why: "renewals more often than that only load Redis"},
 		{name: "renew_deadline", value: t.RenewDeadline},
 		{name: "stop_wait", value: t.StopWait},
-		{name: "reply_max", value: t.ReplyMax},
-		{name: "poll_min", value: t.PollMin},
-		{name: "poll_max", value: t.PollMax},
+		{name: "reply_max", value: t.ReplyMax, least: MinReplyMax, why: "no Redis answers sooner"},
+		{name: "poll_min", value: t.PollMin, least: MinInterval, why: "polls more often than that only load Redis"},
+		{name: "poll_max", value: t.PollMax, least: MinInterval, why: "polls more often than that only load Redis"},
 		{name: "lease_span", value: t.LeaseSpan, zeroOK: true, zeroNote: ", or 0 to derive it"},
 		{name: "allowance", value: t.Allowance},
 	}
@@ -212,6 +222,8 @@ func (k timingKey) check() error {
 		return badTiming(k.name, "%v must be positive%s", k.value, k.zeroNote)
 	case k.value > MaxDuration:
 		return badTiming(k.name, "%v is above the limit of %v", k.value, MaxDuration)
+	case k.value != 0 && k.value < k.least:
+		return badTiming(k.name, "%v is below %v: %s", k.value, k.least, k.why)
 	}
 	return nil
 }

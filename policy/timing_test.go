@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,10 +114,30 @@ func TestValidateRejects(t *testing.T) {
 	}
 }
 
+// TestValidateRefusesBusyLoops: intervals that would poll or renew in a
+// busy loop are refused with the floor and why.
+func TestValidateRefusesBusyLoops(t *testing.T) {
+	for _, c := range []struct {
+		edit func(*Timing)
+		want string
+	}{
+		{func(t *Timing) { t.PollMin, t.PollMax = 1, 1 }, "policy: poll_min 1ns is below 50ms: polls more often than that only load Redis"},
+		{func(t *Timing) { t.PollMax = 49 * time.Millisecond; t.PollMin = t.PollMax }, "policy: poll_min 49ms is below 50ms"},
+		{func(t *Timing) { t.Retry = 2 }, "policy: retry 2ns is below 50ms: renewals more often than that only load Redis"},
+		{func(t *Timing) { t.ReplyMax = 999 * time.Microsecond }, "policy: reply_max 999µs is below 1ms: no Redis answers sooner"},
+	} {
+		tm := DefaultTiming()
+		c.edit(&tm)
+		if err := tm.Validate(); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("got %v\nwant %s...", err, c.want)
+		}
+	}
+}
+
 func TestValidateAcceptsLimits(t *testing.T) {
 	for _, tm := range []Timing{
 		{Retry: time.Hour, RenewDeadline: time.Hour, StopWait: time.Hour, ReplyMax: time.Hour - 1, PollMin: time.Hour, PollMax: time.Hour, Allowance: time.Hour},
-		{Retry: 2, RenewDeadline: 2, StopWait: 1, ReplyMax: 1, PollMin: 1, PollMax: 1, Allowance: 1},
+		{Retry: MinInterval, RenewDeadline: MinReplyMax + 1, StopWait: 1, ReplyMax: MinReplyMax, PollMin: MinInterval, PollMax: MinInterval, Allowance: 1},
 		{Retry: 5 * s, RenewDeadline: 20 * s, StopWait: 10 * s, ReplyMax: 2 * s, PollMin: 5 * s, PollMax: 5 * s, Allowance: DefaultAllowance, LeaseSpan: 39246 * time.Millisecond},
 	} {
 		if err := tm.Validate(); err != nil {

@@ -59,6 +59,14 @@ type Config struct {
 // Sentinel reports whether the store follows a master through Sentinel.
 func (c Config) Sentinel() bool { return len(c.Sentinels) > 0 }
 
+// Bounds of the numeric settings. A pool larger than MaxPoolSize would
+// only hold connections idle (a thousand leases need 16); MaxDB is far
+// above any Redis's databases setting.
+const (
+	MaxPoolSize = 1024
+	MaxDB       = 65535
+)
+
 // ErrConfig reports a configuration the store cannot use; every
 // *ConfigError matches it.
 var ErrConfig = errors.New("redislease: bad configuration")
@@ -120,6 +128,9 @@ func (c Config) options() (*redis.Options, error) {
 	opt.MaxRetries = -1 // a retried write could apply twice: never retry
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = c.ReplyMax, c.ReplyMax, c.ReplyMax
 	opt.ContextTimeoutEnabled = true
+	if c.PoolSize < 0 || c.PoolSize > MaxPoolSize {
+		return nil, configErr("pool_size", "%d is not in 0..%d (0 means 16)", c.PoolSize, MaxPoolSize)
+	}
 	opt.PoolSize = c.PoolSize
 	if opt.PoolSize == 0 {
 		opt.PoolSize = 16
@@ -149,8 +160,8 @@ func (c Config) master() (*redis.Options, error) {
 		return nil, configErr("", "url and sentinels are alternatives: with sentinels, the master is the one they name (master_name)")
 	case c.MasterName == "":
 		return nil, configErr("master_name", "sentinels need the name of the master they monitor (the NAME of `sentinel monitor NAME host port quorum`)")
-	case c.DB < 0:
-		return nil, configErr("db", "%d is negative", c.DB)
+	case c.DB < 0 || c.DB > MaxDB:
+		return nil, configErr("db", "%d is not in 0..%d", c.DB, MaxDB)
 	}
 	for _, a := range c.Sentinels {
 		host, port, err := net.SplitHostPort(a)
@@ -279,7 +290,7 @@ func parseURL(raw string) (*redis.Options, error) {
 	opt := &redis.Options{Addr: net.JoinHostPort(host, port), Username: u.User.Username()}
 	if path := strings.TrimPrefix(u.Path, "/"); path != "" {
 		db, err := strconv.Atoi(path)
-		if err != nil || db < 0 || strconv.Itoa(db) != path {
+		if err != nil || db < 0 || db > MaxDB || strconv.Itoa(db) != path {
 			return nil, configErr("url", "the path %q is not a database number", u.Path)
 		}
 		opt.DB = db

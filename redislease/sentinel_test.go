@@ -186,7 +186,7 @@ func TestSentinelConfig(t *testing.T) {
 		{func(c *Config) { c.MasterName = "" }, "master_name: sentinels need the name of the master"},
 		{func(c *Config) { c.Sentinels = []string{"127.0.0.1"} }, `sentinels: "127.0.0.1" is not host:port`},
 		{func(c *Config) { c.Sentinels = []string{"h:99999"} }, `sentinels: "h:99999": port "99999" is not a port number`},
-		{func(c *Config) { c.DB = -1 }, "db: -1 is negative"},
+		{func(c *Config) { c.DB = -1 }, "db: -1 is not in 0..65535"},
 		{func(c *Config) { c.CAFile = loose }, "ca_file, cert_file and key_file need tls = true"},
 		{func(c *Config) { c.SentinelPasswordFile = loose }, "sentinel_password_file " + loose + ": mode 0644"},
 		{func(c *Config) { c.Sentinels, c.URL = nil, "redis://h/0" }, "master_name, sentinel_username and sentinel_password_file need sentinels"},

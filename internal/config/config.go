@@ -200,8 +200,11 @@ func (c *Config) redisDefaults(at func(key, msg string) error) error {
 	if c.Redis.KeyPrefix == "" {
 		c.Redis.KeyPrefix = "unitlease:"
 	}
-	if c.Redis.PoolSize < 0 {
-		return at("redis.pool_size", fmt.Sprintf("%d is negative", c.Redis.PoolSize))
+	if c.Redis.PoolSize < 0 || c.Redis.PoolSize > redislease.MaxPoolSize {
+		return at("redis.pool_size", fmt.Sprintf("%d is not in 0..%d (0 means 16)", c.Redis.PoolSize, redislease.MaxPoolSize))
+	}
+	if c.Redis.DB < 0 || c.Redis.DB > redislease.MaxDB {
+		return at("redis.db", fmt.Sprintf("%d is not in 0..%d", c.Redis.DB, redislease.MaxDB))
 	}
 	if strings.ContainsAny(c.Redis.KeyPrefix, "*?[]\\ ") {
 		return at("redis.key_prefix", fmt.Sprintf("%q holds a glob character or a space", c.Redis.KeyPrefix))
