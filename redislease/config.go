@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/unitlease/unitlease/internal/securefile"
 )
 
 // Config says how to reach Redis and how this node writes its records.
@@ -343,21 +345,19 @@ func (c Config) Where() string {
 }
 
 // readSecret reads a password file, refusing one that group or others can
-// read.
+// read or change, or that another user owns.
 func readSecret(path string) (string, error) { return readSecretKey("password_file", path) }
 
-// readSecretKey is readSecret for the file that key names.
+// readSecretKey is readSecret for the file that key names: checked on
+// the opened file (internal/securefile): root's (or this user's), not
+// readable or writable by group or others.
 func readSecretKey(key, path string) (string, error) {
-	st, err := os.Stat(path)
+	b, err := securefile.Read(path, true)
 	if err != nil {
-		return "", configErr(key, "%v", err)
-	}
-	if perm := st.Mode().Perm(); perm&0o044 != 0 {
-		return "", configErr("", "%s %s: mode %04o lets group or others read it; chmod 0600 %s", key, path, perm, path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", configErr(key, "%v", err)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return "", configErr(key, "%v", err)
+		}
+		return "", configErr("", "%s %v", key, err)
 	}
 	pw := strings.TrimRight(string(b), "\r\n")
 	if pw == "" || strings.ContainsAny(pw, "\r\n") {

@@ -346,7 +346,7 @@ func TestPasswordFileAndACL(t *testing.T) {
 	}
 	withUser := func(c *Config) { c.Username, c.PasswordFile = "unitlease", pw }
 	_, err := New(Config{URL: srv.URL(), Node: "node-a", ReplyMax: time.Second, LeaseSpan: time.Minute, Username: "unitlease", PasswordFile: pw})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "mode 0644 lets group or others read it") {
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "mode 0644 lets group or others read or change it") {
 		t.Fatalf("loose password file: %v", err)
 	}
 	if err := os.Chmod(pw, 0o600); err != nil {

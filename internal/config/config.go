@@ -16,6 +16,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/unitlease/unitlease/internal/securefile"
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
@@ -109,7 +110,9 @@ func Defaults() Config {
 // Load reads path. A missing file at DefaultPath means the defaults; a
 // missing file anywhere else is an error.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	// The daemon runs as root and takes its Redis and timing from here:
+	// only root may change the file (checked on the opened file).
+	data, err := securefile.Read(path, false)
 	if errors.Is(err, os.ErrNotExist) && path == DefaultPath {
 		c := Defaults()
 		return &c, nil

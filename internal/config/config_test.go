@@ -126,10 +126,10 @@ func TestErrorKeysAndLines(t *testing.T) {
 		{"[timing]\npoll_max = \"61m\"\n", 2, "timing.poll_max", "poll_max 1h1m0s is above the limit of 1h0m0s"},
 		// A rediss-only key with redis:// names three keys: the table.
 		{"node = \"n\"\n[redis]\nurl = \"redis://h:1/0\"\nca_file = \"/x\"\n", 2, "redis", "ca_file, cert_file and key_file need a rediss:// url"},
-		{"[redis]\npassword_file = \"" + loose + "\"\n", 1, "redis", "password_file " + loose + ": mode 0644 lets group or others read it; chmod 0600 " + loose},
+		{"[redis]\npassword_file = \"" + loose + "\"\n", 1, "redis", "password_file " + loose + ": mode 0644 lets group or others read or change it; chmod 0600 " + loose},
 		{"[redis]\nurl = \"rediss://h:1/0\"\ncert_file = \"/x\"\n", 1, "redis", "cert_file and key_file go together"},
 		{"[redis]\nurl = \"rediss://h:1/0\"\ncert_file = \"/x\"\nkey_file = \"/y\"\n", 1, "redis", "client certificate: open /x:"},
-		{"[redis]\n\npassword_file = \"/nonexistent\"\n", 3, "redis.password_file", "stat /nonexistent:"},
+		{"[redis]\n\npassword_file = \"/nonexistent\"\n", 3, "redis.password_file", "open /nonexistent:"},
 		{"[redis]\nurl = \"rediss://h:1/0\"\nca_file = \"/nonexistent\"\n", 3, "redis.ca_file", "open /nonexistent:"},
 		{"[redis]\nurl = \"redis://u:pw@h:1/0\"\n", 2, "redis.url", "a password in the URL would show"},
 		{"[redis]\nurl = \"http://x\"\n", 2, "redis.url", `scheme "http" is not redis:// or rediss://`},
@@ -157,5 +157,35 @@ func TestSentinelKeys(t *testing.T) {
 	if rc.URL != "" || len(rc.Sentinels) != 2 || rc.Sentinels[1] != "10.0.0.2:26379" || rc.MasterName != "unitlease" ||
 		rc.DB != 2 || rc.TLS || rc.SentinelUsername != "watch" || !rc.Sentinel() {
 		t.Fatalf("%+v", rc)
+	}
+}
+
+// TestLoadRefusesAFileOthersMayChange: the daemon runs as root and takes
+// its Redis and timing from the file: a file group or others may write,
+// or that another user owns, is refused, checked on the opened file.
+func TestLoadRefusesAFileOthersMayChange(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "u.toml")
+	if err := os.WriteFile(p, []byte("node = \"n1\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "mode 0666 lets group or others change it") {
+		t.Fatalf("world-writable: %v", err)
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); err != nil {
+		t.Fatalf("0644: %v", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(p); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "owned by uid 65534, not root") {
+			t.Fatalf("owned by nobody: %v", err)
+		}
 	}
 }
