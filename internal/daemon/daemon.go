@@ -13,6 +13,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -142,11 +143,33 @@ func (d *Daemon) summary() string {
 // find returns the supervisor of a lease, or of the lease a unit belongs to.
 func (d *Daemon) find(target string) *supervisor.Supervisor {
 	for _, s := range d.supervisors() {
-		if s.Lease == target || slices.Contains(s.Units, target) {
+		if s.Lease == target {
 			return s
 		}
 	}
-	return nil
+	return d.supervisorOf(target)
+}
+
+// target resolves what `unitlease handoff` names: a lease by its name, or
+// a unit by its name. A name that is both a lease and another lease's
+// unit is refused rather than guessed.
+func (d *Daemon) target(name string) (*supervisor.Supervisor, error) {
+	var lease *supervisor.Supervisor
+	for _, s := range d.supervisors() {
+		if s.Lease == name {
+			lease = s
+		}
+	}
+	unit := d.supervisorOf(name)
+	switch {
+	case lease != nil && unit != nil && unit != lease:
+		return nil, fmt.Errorf("%s is both a lease and a unit of lease %s: name the lease (%s) whose holder should hand it off", name, unit.Lease, unit.Lease)
+	case lease != nil:
+		return lease, nil
+	case unit != nil:
+		return unit, nil
+	}
+	return nil, fmt.Errorf("%s: %w", name, ErrNotManaged)
 }
 
 // supervisorOf returns the supervisor of the lease unit belongs to.

@@ -22,9 +22,9 @@ var (
 // Handoff stops the target's units here, waits for inactive, releases,
 // and returns once a peer holds the lease.
 func (d *Daemon) Handoff(ctx context.Context, target string) (control.HandoffResult, error) {
-	s := d.find(target)
-	if s == nil {
-		return control.HandoffResult{}, fmt.Errorf("%s: %w", target, ErrNotManaged)
+	s, err := d.target(target)
+	if err != nil {
+		return control.HandoffResult{}, err
 	}
 	if st := s.Status(); !st.Holding {
 		return control.HandoffResult{}, fmt.Errorf("lease %s: %w (it is %s here; holder %s)", s.Lease, ErrNotHolder, st.Role, orNone(st.Holder))
@@ -67,7 +67,7 @@ func orNone(s string) string {
 // Guard admits a start of unit only while this node's supervisor of its
 // lease is starting it.
 func (d *Daemon) Guard(unit string) error {
-	s := d.find(unit)
+	s := d.supervisorOf(unit) // a unit's name only: a lease may be named like another lease's unit
 	if s == nil {
 		return fmt.Errorf("%s: not managed by this node's unitlease daemon", unit)
 	}

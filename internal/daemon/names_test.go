@@ -1,0 +1,42 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestUnitsAndLeasesAreMatchedByTheirOwnNames: a lease may be named like
+// another lease's unit. The guard matches unit names only, so a start of
+// web.service is judged by its own lease a, not by the lease named
+// web.service; a handoff of a name that is both refuses to guess.
+func TestUnitsAndLeasesAreMatchedByTheirOwnNames(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sd := newFakeSystemd(map[string]string{"web.service": "a", "other.service": "web.service"})
+		store := newMemStore()
+		d, logs := testDaemon(t, sd, store)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		d.Reload(ctx)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if !sd.isActive("web.service") || !sd.isActive("other.service") {
+			t.Fatalf("not leading both leases:\n%s", logs)
+		}
+		err := d.Guard("web.service")
+		if err == nil || !strings.Contains(err.Error(), "for lease a ") {
+			t.Errorf("guard of web.service: %v, want a refusal naming its own lease a", err)
+		}
+		if err := d.Guard("a"); err == nil || !strings.Contains(err.Error(), "not managed") {
+			t.Errorf("guard of a lease name: %v, want not managed (a unit name only)", err)
+		}
+		_, err = d.Handoff(ctx, "web.service")
+		if err == nil || !strings.Contains(err.Error(), "is both a lease and a unit of lease a") {
+			t.Errorf("handoff of web.service: %v, want a refusal that names both", err)
+		}
+		cancel()
+		d.Shutdown(context.WithoutCancel(ctx))
+	})
+}
