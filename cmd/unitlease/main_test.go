@@ -161,7 +161,7 @@ func (f *fakeService) Handoff(_ context.Context, target string) (control.Handoff
 	return a.res, a.err
 }
 
-func (f *fakeService) Guard(unit string) error {
+func (f *fakeService) Guard(_ context.Context, unit string) error {
 	f.record("Guard " + unit)
 	err, ok := f.guard[unit]
 	if !ok {

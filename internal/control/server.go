@@ -13,9 +13,11 @@ import (
 )
 
 // Listen creates the control socket at path, root's only: mode 0600 in
-// a directory of mode 0700. A socket left at path is replaced.
+// a directory of mode 0700 (enforced on a directory that exists). A
+// socket left at path is replaced. It admits connections from root only
+// (the kernel's peer credentials), MaxConns at once.
 func Listen(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := secureDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
 	_ = os.Remove(path)
@@ -27,12 +29,20 @@ func Listen(path string) (net.Listener, error) {
 		l.Close()
 		return nil, err
 	}
-	return l, nil
+	return &rootOnly{Listener: l, slots: make(chan struct{}, MaxConns)}, nil
 }
+
+// Limits of a request: its names are unit or lease names, its headers
+// small; a connection that sends nothing is closed.
+const (
+	maxName        = 256
+	maxHeaderBytes = 8 << 10
+)
 
 // Serve answers requests on l with c until ctx ends, then closes l.
 func Serve(ctx context.Context, l net.Listener, c Service) error {
-	srv := &http.Server{Handler: handler(c), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: handler(c), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
+		IdleTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ConnContext: connContext}
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -51,7 +61,11 @@ func handler(c Service) http.Handler {
 		reply(w, http.StatusOK, c.Snapshot(r.Context()))
 	})
 	mux.HandleFunc("POST /handoff", func(w http.ResponseWriter, r *http.Request) {
-		res, err := c.Handoff(r.Context(), r.URL.Query().Get("target"))
+		target, ok := name(w, r, "target")
+		if !ok {
+			return
+		}
+		res, err := c.Handoff(r.Context(), target)
 		if err != nil {
 			reply(w, http.StatusConflict, errorBody{err.Error()})
 			return
@@ -59,13 +73,28 @@ func handler(c Service) http.Handler {
 		reply(w, http.StatusOK, res)
 	})
 	mux.HandleFunc("GET /guard", func(w http.ResponseWriter, r *http.Request) {
-		if err := c.Guard(r.URL.Query().Get("unit")); err != nil {
+		unit, ok := name(w, r, "unit")
+		if !ok {
+			return
+		}
+		if err := c.Guard(r.Context(), unit); err != nil {
 			reply(w, http.StatusForbidden, errorBody{err.Error()})
 			return
 		}
 		reply(w, http.StatusOK, struct{}{})
 	})
 	return mux
+}
+
+// name is the request's parameter key, refused (400) when it is longer
+// than any unit or lease name can be: an error never echoes it.
+func name(w http.ResponseWriter, r *http.Request, key string) (string, bool) {
+	v := r.URL.Query().Get(key)
+	if len(v) > maxName {
+		reply(w, http.StatusBadRequest, errorBody{fmt.Sprintf("%s is %d bytes, longer than any name (%d)", key, len(v), maxName)})
+		return "", false
+	}
+	return v, true
 }
 
 type errorBody struct {

@@ -23,8 +23,9 @@ type Service interface {
 	// Handoff hands target (a lease or a unit) to a peer and returns who
 	// took it.
 	Handoff(ctx context.Context, target string) (HandoffResult, error)
-	// Guard returns nil if unit may start on this node now.
-	Guard(unit string) error
+	// Guard returns nil if unit may start on this node now. Over the
+	// socket, ctx carries the caller (PeerOf).
+	Guard(ctx context.Context, unit string) error
 }
 
 // Snapshot is this node's view and the cluster's.

@@ -66,7 +66,13 @@ func orNone(s string) string {
 
 // Guard admits a start of unit only while this node's supervisor of its
 // lease is starting it.
-func (d *Daemon) Guard(unit string) error {
+// Over the control socket, the caller must run inside unit (the guard is
+// its ExecStartPre=): no other process, a root one included, can have a
+// start admitted, or learn more than that it was refused.
+func (d *Daemon) Guard(ctx context.Context, unit string) error {
+	if p, ok := control.PeerOf(ctx); ok && !control.InUnit(p.PID, unit) {
+		return fmt.Errorf("%s: the caller (pid %d) does not run in %s: only the unit's own ExecStartPre= may ask", unit, p.PID, unit)
+	}
 	s := d.supervisorOf(unit) // a unit's name only: a lease may be named like another lease's unit
 	if s == nil {
 		return fmt.Errorf("%s: not managed by this node's unitlease daemon", unit)

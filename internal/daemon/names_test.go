@@ -25,11 +25,11 @@ func TestUnitsAndLeasesAreMatchedByTheirOwnNames(t *testing.T) {
 		if !sd.isActive("web.service") || !sd.isActive("other.service") {
 			t.Fatalf("not leading both leases:\n%s", logs)
 		}
-		err := d.Guard("web.service")
+		err := d.Guard(ctx, "web.service")
 		if err == nil || !strings.Contains(err.Error(), "for lease a ") {
 			t.Errorf("guard of web.service: %v, want a refusal naming its own lease a", err)
 		}
-		if err := d.Guard("a"); err == nil || !strings.Contains(err.Error(), "not managed") {
+		if err := d.Guard(ctx, "a"); err == nil || !strings.Contains(err.Error(), "not managed") {
 			t.Errorf("guard of a lease name: %v, want not managed (a unit name only)", err)
 		}
 		_, err = d.Handoff(ctx, "web.service")

@@ -1,0 +1,149 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Peer is the process at the other end of a control connection, as the
+// kernel reports it (SO_PEERCRED).
+type Peer struct {
+	PID int32
+	UID uint32
+}
+
+type peerKey struct{}
+
+// PeerOf returns the caller of the request whose context this is; false
+// for a call that did not come over the socket.
+func PeerOf(ctx context.Context) (Peer, bool) {
+	p, ok := ctx.Value(peerKey{}).(Peer)
+	return p, ok
+}
+
+// MaxConns bounds the connections the socket serves at once; more wait
+// in the kernel's backlog.
+const MaxConns = 32
+
+// rootOnly admits connections from root (or the user the daemon runs
+// as) only, at most MaxConns at once.
+type rootOnly struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *rootOnly) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		p, err := peerCred(c)
+		if err != nil || p.UID != 0 && int(p.UID) != os.Geteuid() {
+			c.Close()
+			continue
+		}
+		l.slots <- struct{}{}
+		return &peerConn{Conn: c, peer: p, slots: l.slots}, nil
+	}
+}
+
+type peerConn struct {
+	net.Conn
+	peer  Peer
+	slots chan struct{}
+	once  sync.Once
+}
+
+func (c *peerConn) Close() error {
+	c.once.Do(func() { <-c.slots })
+	return c.Conn.Close()
+}
+
+func peerCred(c net.Conn) (Peer, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return Peer{}, errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return Peer{}, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return Peer{}, err
+	}
+	if serr != nil {
+		return Peer{}, serr
+	}
+	return Peer{PID: cred.Pid, UID: cred.Uid}, nil
+}
+
+// connContext carries a connection's peer into its requests' contexts.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if pc, ok := c.(*peerConn); ok {
+		return context.WithValue(ctx, peerKey{}, pc.peer)
+	}
+	return ctx
+}
+
+// InUnit reports whether process pid runs in unit's cgroup (or one below
+// it), from /proc/PID/cgroup: what the guard, run as the unit's
+// ExecStartPre=, does.
+func InUnit(pid int32, unit string) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return err == nil && inCgroup(string(data), unit)
+}
+
+// inCgroup reports whether a /proc/PID/cgroup text places the process in
+// unit's cgroup or one below it, in any hierarchy.
+func inCgroup(text, unit string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, part := range strings.Split(parts[2], "/") {
+			if part == unit {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// secureDir makes dir, root's (or this user's) directory of mode 0700:
+// created if missing, its mode enforced if it exists; a symlink or a
+// directory another user owns is refused.
+func secureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("control socket: %s is not a directory", dir)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("control socket: %s is owned by uid %d, not root", dir, sys.Uid)
+	}
+	if st.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
