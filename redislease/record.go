@@ -78,7 +78,11 @@ func (e *GarbageError) Error() string {
 	if len(v) > 120 {
 		v = v[:120]
 	}
-	return fmt.Sprintf("redislease: key %s: %s (value %s)", e.Key, e.Reason, strconv.Quote(v))
+	key := e.Key
+	if strconv.Quote(key) != `"`+key+`"` {
+		key = strconv.Quote(key) // a key name with escapes stays one line, and inert
+	}
+	return fmt.Sprintf("redislease: key %s: %s (value %s)", key, e.Reason, strconv.Quote(v))
 }
 
 func (e *GarbageError) Unwrap() error { return ErrGarbage }
@@ -175,7 +179,7 @@ func decodeCanonical(raw string) (policy.Record, bool) {
 	w.Version, err1 = strconv.ParseUint(version, 10, 53)
 	w.LeaseSpanMS, err2 = strconv.ParseUint(span, 10, 53)
 	if err1 != nil || err2 != nil || w.Version == 0 || ValidNode(w.Holder) != nil || !validToken(w.Token) ||
-		!knownState(w.State) {
+		!knownState(w.State) || w.LeaseSpanMS > maxLeaseSpanMS {
 		return policy.Record{}, false
 	}
 	return w.record(raw), true
@@ -222,6 +226,9 @@ func decodeJSON(key, raw string) (wire, error) {
 	if dec.More() {
 		return bad("trailing data after the record")
 	}
+	if k := duplicateKey(raw); k != "" {
+		return bad("the field %q appears twice", k)
+	}
 	if f.Holder == nil || f.Version == nil || f.Token == nil || f.State == nil || f.LeaseSpanMS == nil {
 		return bad("a field is missing (want holder, version, token, state, lease_span_ms)")
 	}
@@ -242,8 +249,41 @@ func decodeJSON(key, raw string) (wire, error) {
 		return bad("token is not %d lowercase hex digits", tokenLen)
 	case !knownState(r.State):
 		return bad("state %q is none of %q, %q and %q", r.State, StateHeld, StateStopFailed, StateReleased)
+	case r.LeaseSpanMS > maxLeaseSpanMS:
+		return bad("lease_span_ms %d is above %d, the longest lease span (%v): a standby would wait that long", r.LeaseSpanMS, maxLeaseSpanMS, policy.MaxDuration)
 	}
 	return r, nil
+}
+
+// maxLeaseSpanMS is the longest lease span a record may carry: the
+// longest one the timing allows.
+var maxLeaseSpanMS = uint64(policy.MaxDuration / time.Millisecond)
+
+// duplicateKey returns a top-level field name raw (a JSON object that
+// decoded) repeats, or "": the JSON decoder keeps the last, Lua's the
+// first or the last, and a record must mean one thing.
+func duplicateKey(raw string) string {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // {
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			return k
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // Encode writes r's fields (not its Raw) as the scripts write a record.

@@ -104,3 +104,25 @@ func TestDecodeCarriesTheWritersSpan(t *testing.T) {
 		t.Fatalf("Decode = %+v, %v; want holder b at version 3 with a lease span of 1m and the bytes as read", got, err)
 	}
 }
+
+// TestDecodeRefusesWhatCouldMeanTwoThings: a record with a field twice,
+// or a lease span no timing allows, is garbage: reported, never written
+// over.
+func TestDecodeRefusesWhatCouldMeanTwoThings(t *testing.T) {
+	tok := strings.Repeat("a", 32)
+	for _, c := range []struct{ raw, want string }{
+		{`{"holder":"a","version":7,"token":"` + tok + `","state":"held","lease_span_ms":1000,"holder":"b"}`, `the field "holder" appears twice`},
+		{`{"holder":"a","holder":"b","version":7,"token":"` + tok + `","state":"held","lease_span_ms":1000}`, `the field "holder" appears twice`},
+		{`{"holder":"a","version":7,"token":"` + tok + `","state":"held","lease_span_ms":9007199254740991}`, "lease_span_ms 9007199254740991 is above 3600000"},
+		{`{"holder":"a","version":7,"token":"` + tok + `","state":"held","lease_span_ms":3600001}`, "lease_span_ms 3600001 is above 3600000"},
+	} {
+		_, err := Decode("k", c.raw)
+		if !errors.Is(err, ErrGarbage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.raw, err, c.want)
+		}
+	}
+	ok := `{"holder":"a","version":7,"token":"` + tok + `","state":"held","lease_span_ms":3600000}`
+	if r, err := Decode("k", ok); err != nil || r.LeaseSpan != time.Hour {
+		t.Errorf("the longest lease span: %+v, %v", r, err)
+	}
+}

@@ -72,7 +72,7 @@ local function unitrec(raw)
   local body = '{' .. rest
   local rec = decode(body)
   if not rec or rec.version > maxint or type(rec.lease_span_ms) ~= 'number' or
-     rec.lease_span_ms < 0 or rec.lease_span_ms > maxint or
+     rec.lease_span_ms < 0 or rec.lease_span_ms > 3600000 or
      rec.lease_span_ms ~= math.floor(rec.lease_span_ms) or
      #rec.holder > 253 or not string.find(rec.holder, '^[A-Za-z0-9][A-Za-z0-9%._%-]*$') or
      #rec.token ~= 32 or not string.find(rec.token, '^[0-9a-f]*$') or

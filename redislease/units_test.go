@@ -339,6 +339,8 @@ func TestUnitRecordRuleIsTheScripts(t *testing.T) {
 		`{"lease":"A",` + strings.Replace(rec, `"version":7`, `"version":9007199254740991`, 1),
 		`{"lease":"A",` + strings.Replace(rec, `"lease_span_ms":37000`, `"lease_span_ms":-1`, 1),
 		`{"lease":"A",` + strings.Replace(rec, `"lease_span_ms":37000`, `"lease_span_ms":0`, 1),
+		`{"lease":"A",` + strings.Replace(rec, `"lease_span_ms":37000`, `"lease_span_ms":3600000`, 1),
+		`{"lease":"A",` + strings.Replace(rec, `"lease_span_ms":37000`, `"lease_span_ms":3600001`, 1),
 		`{"lease":"A",` + strings.Replace(rec, `"node-a"`, `"-node"`, 1),
 		`{"lease":"A",` + strings.Replace(rec, `"node-a"`, `"node a"`, 1),
 		`{"lease":"A",` + strings.Replace(rec, goodToken, strings.ToUpper(goodToken), 1),

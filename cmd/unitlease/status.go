@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/unitlease/unitlease/internal/control"
 )
@@ -71,8 +72,8 @@ func printStatus(w io.Writer, s control.Snapshot) {
 			if i < len(l.UnitStates) {
 				state = l.UnitStates[i]
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Lease, u, l.Node, l.Role,
-				dash(l.Holder), version(l.Version), round(l.LeaseAge), deadline(l), state, dash(l.Reason))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shown(l.Lease), shown(u), shown(l.Node), shown(l.Role),
+				shown(dash(l.Holder)), version(l.Version), round(l.LeaseAge), deadline(l), shown(state), shown(dash(l.Reason)))
 		}
 	}
 	if len(s.Leases) == 0 {
@@ -83,12 +84,24 @@ func printStatus(w io.Writer, s control.Snapshot) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LEASE\tSTATE\tHOLDER\tVERSION\tWATCHERS")
 	for _, c := range s.Cluster {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", c.Lease, c.State, dash(c.Holder), version(c.Version), c.Watchers)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", shown(c.Lease), shown(c.State), shown(dash(c.Holder)), version(c.Version), c.Watchers)
 	}
 	tw.Flush()
 	for _, e := range s.Errors {
-		fmt.Fprintln(w, "error:", e)
+		fmt.Fprintln(w, "error:", shown(e))
 	}
+}
+
+// shown is s as the terminal may print it: quoted, with escapes, when it
+// holds anything but printable characters (a key name in Redis can hold
+// escape sequences that would retitle or clear the terminal).
+func shown(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 func deadline(l control.LeaseStatus) string {

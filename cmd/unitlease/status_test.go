@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,17 @@ LEASE  STATE  HOLDER  VERSION  WATCHERS
 	printStatus(&b, control.Snapshot{Node: "node-b"})
 	if got := b.String(); got != want {
 		t.Errorf("printStatus:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestStatusEscapesWhatRedisNames: a key in Redis may be named with
+// escape sequences; status shows them quoted, never raw.
+func TestStatusEscapesWhatRedisNames(t *testing.T) {
+	var b strings.Builder
+	printStatus(&b, control.Snapshot{Node: "n", Cluster: []control.ClusterRow{{Lease: "evil\x1b]0;pwned\x07\x1b[2J", State: "held", Holder: "a"}},
+		Errors: []string{"redislease: key \x1b[2J: bad"}})
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `"evil\x1b]0;pwned\a\x1b[2J"`) {
+		t.Fatalf("status printed:\n%q", out)
 	}
 }
