@@ -265,6 +265,14 @@ func unitSuffix(unit string) string {
 	return ""
 }
 
+// ValidLeaseName reports whether s can name a lease: what Lease= accepts.
+func ValidLeaseName(s string) error {
+	if s == "" {
+		return fmt.Errorf(`"" is empty`)
+	}
+	return checkLeaseName(s)
+}
+
 // checkLeaseName accepts the characters of unit names (ASCII letters,
 // digits and ":-_.@\"), which are safe in a Redis key and a journal field.
 func checkLeaseName(s string) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/daemon"
 	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/unitctl"
 )
 
 const usage = `usage: unitlease COMMAND [ARGS]
@@ -155,6 +156,10 @@ func cmdReset(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: unitlease reset [--config FILE] LEASE")
 		return 2
 	}
+	if err := unitctl.ValidLeaseName(fs.Arg(0)); err != nil {
+		fmt.Fprintln(stderr, "unitlease reset: lease", err)
+		return 2
+	}
 	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, "unitlease reset:", err)
@@ -174,6 +179,10 @@ func cmdClear(args []string, stdout, stderr io.Writer) int {
 	})
 	if !ok || fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: unitlease clear [--config FILE] LEASE")
+		return 2
+	}
+	if err := unitctl.ValidLeaseName(fs.Arg(0)); err != nil {
+		fmt.Fprintln(stderr, "unitlease clear: lease", err)
 		return 2
 	}
 	cfg, err := config.Load(path)

@@ -83,6 +83,10 @@ func TestArgs(t *testing.T) {
 			stderrHas: []string{"flag provided but not defined: -bogus", "Usage of unitlease run:"}},
 		{name: "reset no lease", args: []string{"reset", "--config", missing}, code: 2, stderr: resetUsage},
 		{name: "reset two leases", args: []string{"reset", "--config", missing, "web", "db"}, code: 2, stderr: resetUsage},
+		{name: "reset a name no lease has", args: []string{"reset", "--config", missing, "web\x1b[2J"}, code: 2,
+			stderrHas: []string{`unitlease reset: lease "web\x1b[2J" contains '\x1b'; a lease name may use letters, digits and :-_.@\`}},
+		{name: "clear an empty name", args: []string{"clear", "--config", missing, ""}, code: 2,
+			stderrHas: []string{`unitlease clear: lease "" is empty`}},
 		{name: "clear no lease", args: []string{"clear", "--config", missing}, code: 2, stderr: clearUsage},
 		{name: "clear two leases", args: []string{"clear", "--config", missing, "web", "db"}, code: 2, stderr: clearUsage},
 	} {
