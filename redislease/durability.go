@@ -23,26 +23,37 @@ type Durability struct {
 	Findings []string `json:"findings"`
 }
 
-// Durability asks Redis how it persists and replicates. Needs CONFIG GET and
-// INFO; if the ACL refuses them, the report says it could not tell.
+// Durability asks Redis how it persists and replicates: INFO persistence
+// (appendonly) and replication, which the ACL unitlease needs allows, and
+// appendfsync through CONFIG GET if the user may (the ACL unitlease
+// ships does not grant it: CONFIG GET reads every setting, passwords
+// included); without it the report assumes everysec and says so.
 func (s *Store) Durability(ctx context.Context) Durability {
 	d := Durability{CanLoseAcked: true}
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	cfg, err := s.rdb.ConfigGet(ctx, "append*").Result()
+	info, err := s.rdb.Info(ctx, "persistence", "replication").Result()
 	if err != nil {
-		d.Findings = append(d.Findings, fmt.Sprintf("could not read the persistence settings (CONFIG GET: %v); assume acknowledged writes can be lost", err))
+		d.Findings = append(d.Findings, fmt.Sprintf("could not read the persistence settings (INFO: %v); assume acknowledged writes can be lost", err))
 		return d
 	}
-	d.AppendOnly, d.AppendFsync = cfg["appendonly"], cfg["appendfsync"]
-	if info, err := s.rdb.Info(ctx, "replication").Result(); err == nil {
-		d.Role, d.ConnectedReplicas = parseReplication(info)
+	fields := parseInfo(info)
+	d.AppendOnly = map[string]string{"1": "yes", "0": "no"}[fields["aof_enabled"]]
+	d.Role = fields["role"]
+	d.ConnectedReplicas, _ = strconv.Atoi(fields["connected_slaves"])
+	fsyncKnown := true
+	if cfg, err := s.rdb.ConfigGet(ctx, "appendfsync").Result(); err == nil && cfg["appendfsync"] != "" {
+		d.AppendFsync = cfg["appendfsync"]
+	} else {
+		d.AppendFsync, fsyncKnown = "everysec", false
 	}
 	d.CanLoseAcked = false
 	lose := func(f string) { d.CanLoseAcked = true; d.Findings = append(d.Findings, f) }
 	switch {
 	case d.AppendOnly != "yes":
-		lose("appendonly is " + d.AppendOnly + ": a restart loses every write since the last snapshot; a leader whose key is gone stops its units, and they start elsewhere a lease span later (never sooner: every node ages a missing key); set appendonly yes")
+		lose("appendonly is " + orUnknown(d.AppendOnly) + ": a restart loses every write since the last snapshot; a leader whose key is gone stops its units, and they start elsewhere a lease span later (never sooner: every node ages a missing key); set appendonly yes")
+	case !fsyncKnown:
+		lose("appendonly is yes; appendfsync is not readable by this Redis user (it needs config|get, which would also let it read every setting), so it is taken as everysec: a crash can lose up to a second of acknowledged writes, which is safe and costs a lease span of waiting after a crash")
 	case d.AppendFsync != "always":
 		lose("appendfsync is " + d.AppendFsync + ": a crash can lose up to a second of acknowledged writes; that is safe (every node learns that another Redis process answers, leaders renew over their own earlier records, standbys age what they see for a lease span), and costs that wait after a crash; appendfsync always avoids it")
 	}
@@ -60,18 +71,22 @@ func (s *Store) Durability(ctx context.Context) Durability {
 	return d
 }
 
-func parseReplication(info string) (role string, replicas int) {
+// parseInfo reads INFO's "key:value" lines.
+func parseInfo(info string) map[string]string {
+	m := map[string]string{}
 	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		switch {
-		case !ok:
-		case k == "role":
-			role = v
-		case k == "connected_slaves":
-			replicas, _ = strconv.Atoi(v)
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			m[k] = v
 		}
 	}
-	return role, replicas
+	return m
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // Info returns a section of Redis's INFO, for diagnostics and benchmarks.

@@ -371,8 +371,20 @@ func TestPasswordFileAndACL(t *testing.T) {
 	if entries, err := a.List(bg); err != nil || len(entries) != 1 {
 		t.Fatalf("list under the ACL: %v %v", entries, err)
 	}
-	if d := a.Durability(bg); d.AppendOnly == "" {
+	if d := a.Durability(bg); d.AppendOnly != "no" || !d.CanLoseAcked {
 		t.Fatalf("durability under the ACL: %+v", d)
+	}
+	// The user reads no configuration: CONFIG GET would show the default
+	// user's password (requirepass) and masterauth.
+	for _, param := range []string{"requirepass", "masterauth", "*"} {
+		if _, err := a.rdb.ConfigGet(bg, param).Result(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Fatalf("CONFIG GET %s as the unitlease user: %v, want NOPERM", param, err)
+		}
+	}
+	srv.Command("CONFIG", "SET", "appendonly", "yes")
+	if d := a.Durability(bg); d.AppendOnly != "yes" || !d.CanLoseAcked ||
+		!strings.Contains(strings.Join(d.Findings, " "), "appendfsync is not readable by this Redis user") {
+		t.Fatalf("durability under the ACL with appendonly: %+v", d)
 	}
 	// The user can touch nothing outside its prefix.
 	if _, err := a.rdb.Set(bg, "other:key", "x", 0).Result(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
