@@ -4,12 +4,12 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOTEST      ?= $(GO) test -race -count=1 -timeout 30m
 
-.PHONY: all test unit lint check-spec demo bench bench-scale vm-test
+.PHONY: all test unit fuzz lint check-spec demo bench bench-scale vm-test
 
 all: test
 
 # Everything CI runs.
-test: lint unit check-spec bench-scale vm-test
+test: lint unit fuzz check-spec bench-scale vm-test
 
 # -short leaves the full sweep to check-spec, which runs it without the race
 # detector (the checker is single-goroutine code; the sweep is ~5x slower
@@ -28,6 +28,18 @@ lint:
 # spec/LeaseFailover.cfg holds; without the server identity rule it does not;
 # then the sweep of MaxLag against Detect, which exits 1 if the model and the
 # law part ways. Last, the tests of both laws.
+# Each fuzz target for FUZZTIME, from its committed corpus
+# (testdata/fuzz) and seeds: parsers and renderers of what a user or Redis
+# hands unitlease.
+FUZZTIME ?= 5s
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./redislease
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeUnit$$' -fuzztime=$(FUZZTIME) ./redislease
+	$(GO) test -run='^$$' -fuzz='^FuzzParseAnnotation$$' -fuzztime=$(FUZZTIME) ./unitctl
+	$(GO) test -run='^$$' -fuzz='^FuzzRenderExec$$' -fuzztime=$(FUZZTIME) ./unitctl
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/config
+	$(GO) test -run='^$$' -fuzz='^FuzzPrintStatus$$' -fuzztime=$(FUZZTIME) ./cmd/unitlease
+
 check-spec:
 	$(GO) run ./spec/cmd/leasecheck -lease-span 36 -reply-max 0
 	@$(GO) run ./spec/cmd/leasecheck -lease-span 35 -reply-max 0 -json > /dev/null; \

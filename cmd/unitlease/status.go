@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/unitlease/unitlease/internal/control"
 )
@@ -63,7 +64,7 @@ func isTerminal(w io.Writer) bool {
 // printStatus writes the tables, in the manner of `patronictl list`.
 func printStatus(w io.Writer, s control.Snapshot) {
 	fmt.Fprintf(w, "Node %s (lease span %v, retry %v, renew deadline %v, stop wait %v)\n",
-		s.Node, s.Timing.LeaseSpan, s.Timing.Retry, s.Timing.RenewDeadline, s.Timing.StopWait)
+		shown(s.Node), s.Timing.LeaseSpan, s.Timing.Retry, s.Timing.RenewDeadline, s.Timing.StopWait)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LEASE\tUNIT\tNODE\tROLE\tHOLDER\tVERSION\tLEASE AGE\tDEADLINE LEFT\tUNIT STATE\tREASON")
 	for _, l := range s.Leases {
@@ -94,8 +95,12 @@ func printStatus(w io.Writer, s control.Snapshot) {
 
 // shown is s as the terminal may print it: quoted, with escapes, when it
 // holds anything but printable characters (a key name in Redis can hold
-// escape sequences that would retitle or clear the terminal).
+// escape sequences that would retitle or clear the terminal, or bytes
+// that are not UTF-8).
 func shown(s string) string {
+	if !utf8.ValidString(s) { // and 0xff would be tabwriter's escape
+		return strconv.Quote(s)
+	}
 	for _, r := range s {
 		if !unicode.IsPrint(r) {
 			return strconv.Quote(s)
