@@ -280,6 +280,24 @@ redis.call('PUBLISH', ARGV[3], new)
 return {'ok', new}
 `)
 
+// overwriteLargeScript is overwriteScript for a value too large to read
+// back: KEYS[1] lease key. ARGV: its length, its first bytes, holder,
+// token, version, ttl ms, events channel. It replaces the value if it
+// still has that length and those first bytes.
+var overwriteLargeScript = redis.NewScript(recordLua + `
+if redis.call('STRLEN', KEYS[1]) ~= tonumber(ARGV[1]) or
+   redis.call('GETRANGE', KEYS[1], 0, #ARGV[2] - 1) ~= ARGV[2] then
+  return {'conflict'}
+end
+local version = tonumber(ARGV[5])
+local now = nowms() + 1
+if now > version then version = now end
+local new = record(ARGV[3], version, ARGV[4], 'released', '0')
+redis.call('SET', KEYS[1], new, 'PX', ARGV[6])
+redis.call('PUBLISH', ARGV[7], new)
+return {'ok', new}
+`)
+
 // overwriteScript is the operator's escape hatch: KEYS[1] lease key. ARGV:
 // expected value, "1" if expected missing, holder, token, version, ttl ms,
 // events channel. It replaces exactly the value the operator was shown

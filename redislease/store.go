@@ -369,6 +369,39 @@ func (s *Store) Overwrite(ctx context.Context, name string, seen policy.Record) 
 	return s.reply(name, server, reply, nil)
 }
 
+// MaxValue bounds what `reset` reads of a lease key: a record is a few
+// hundred bytes; a larger value is replaced by its length and first bytes.
+const MaxValue = 1 << 20
+
+// Large reports the length of a lease key's value and its first 64 bytes
+// when it is longer than MaxValue (0 otherwise), without reading the
+// rest: a value of hundreds of megabytes would outlast every timeout.
+func (s *Store) Large(ctx context.Context, name string) (size int64, head string, err error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	size, err = s.rdb.StrLen(ctx, s.Key(name)).Result()
+	if err != nil || size <= MaxValue {
+		return 0, "", err
+	}
+	head, err = s.rdb.GetRange(ctx, s.Key(name), 0, 63).Result()
+	return size, head, err
+}
+
+// OverwriteLarge is Overwrite for a value Large reported: it replaces it
+// if it still has that length and first bytes.
+func (s *Store) OverwriteLarge(ctx context.Context, name string, size int64, head string) (policy.Record, error) {
+	token, err := newToken()
+	if err != nil {
+		return policy.Record{}, err
+	}
+	reply, server, err := s.run(ctx, overwriteLargeScript, name, nil,
+		size, head, s.node, token, s.floorOf(name)+1, s.TTL().Milliseconds(), s.Channel(name))
+	if err != nil {
+		return policy.Record{}, err
+	}
+	return s.reply(name, server, reply, nil)
+}
+
 // ErrNotStopFailed: Clear found the lease's record in another state than
 // stop_failed.
 var ErrNotStopFailed = errors.New("not stop_failed")

@@ -488,3 +488,30 @@ func TestList(t *testing.T) {
 		t.Fatalf("list: %+v", entries)
 	}
 }
+
+// TestResetOfAHugeValue: a value of megabytes in a lease key is replaced
+// by its length and first bytes, never read whole (a 200 MB one outlasted
+// every timeout, so it could never be reset); one that changed since is
+// left alone.
+func TestResetOfAHugeValue(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := newStore(t, srv, "node-a")
+	srv.Command("SETRANGE", "unitlease:lease:vpn", strconv.Itoa(8<<20), "x") // 8 MiB of zeros and an x
+	size, head, err := a.Large(bg, "vpn")
+	if err != nil || size != 8<<20+1 || head != strings.Repeat("\x00", 64) {
+		t.Fatalf("Large: %d %q %v", size, head, err)
+	}
+	if small, _, err := a.Large(bg, "none"); err != nil || small != 0 {
+		t.Fatalf("Large of a missing key: %d %v", small, err)
+	}
+	if _, err := a.OverwriteLarge(bg, "vpn", size+1, head); !errors.Is(err, ErrConflict) {
+		t.Fatalf("overwrite of a value that changed: %v", err)
+	}
+	rec, err := a.OverwriteLarge(bg, "vpn", size, head)
+	if err != nil || !rec.Released || rec.Holder != "node-a" {
+		t.Fatalf("overwrite: %+v %v", rec, err)
+	}
+	if got := mustObserve(t, a, "vpn"); !got.Same(rec) {
+		t.Fatalf("the key now holds %+v", got)
+	}
+}

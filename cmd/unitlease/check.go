@@ -304,6 +304,20 @@ func resetGarbage(cfg *config.Config, lease string, out io.Writer) error {
 	defer store.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	after := fmt.Sprintf("standbys take it once they have seen it unchanged for a lease span (%v)", cfg.Timing.LeaseSpan)
+	size, head, err := store.Large(ctx, lease)
+	if err != nil {
+		return err
+	}
+	if size > 0 {
+		fmt.Fprintf(out, "replacing the %d-byte value of %s (not a record; it begins %q)\n", size, store.Key(lease), head)
+		rec, err := store.OverwriteLarge(ctx, lease, size, head)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "lease %s: now released at version %d; %s\n", lease, rec.Version, after)
+		return nil
+	}
 	seen, err := store.Observe(ctx, lease)
 	if !errors.Is(err, redislease.ErrGarbage) {
 		if err != nil {
@@ -319,6 +333,6 @@ func resetGarbage(cfg *config.Config, lease string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "lease %s: now released at version %d; a standby may acquire it at once\n", lease, rec.Version)
+	fmt.Fprintf(out, "lease %s: now released at version %d; %s\n", lease, rec.Version, after)
 	return nil
 }
