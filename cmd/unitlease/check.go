@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -41,9 +42,45 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	t := cfg.Timing
 	c.ok("lease span %v (safe minimum %v = retry %v + renew_deadline %v + stop_wait %v + margin %v: allowance %v and clock drift)",
 		t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin(), t.Allowance)
+	c.sandbox(cfg)
 	c.redis(ctx, cfg)
 	c.units(ctx, cfg)
 	return c.code()
+}
+
+// hidden are the paths unitlease.service's sandbox hides from the daemon,
+// and the setting that hides them: check, run by hand, can read what the
+// daemon cannot.
+var hidden = []struct{ prefix, why string }{
+	{"/home/", "ProtectHome=yes hides /home"},
+	{"/root/", "ProtectHome=yes hides /root"},
+	{"/run/user/", "ProtectHome=yes hides /run/user"},
+	{"/tmp/", "PrivateTmp=yes gives the daemon its own /tmp"},
+	{"/var/tmp/", "PrivateTmp=yes gives the daemon its own /var/tmp"},
+	{"/dev/", "PrivateDevices=yes hides most of /dev"},
+}
+
+// sandbox reports each file the configuration names that the daemon's
+// sandbox would hide from it.
+func (c *checker) sandbox(cfg *config.Config) {
+	r := cfg.Redis
+	for _, f := range []struct{ key, path string }{
+		{"redis.password_file", r.PasswordFile}, {"redis.sentinel_password_file", r.SentinelPasswordFile},
+		{"redis.ca_file", r.CAFile}, {"redis.cert_file", r.CertFile}, {"redis.key_file", r.KeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		abs, err := filepath.Abs(f.path)
+		if err != nil {
+			continue
+		}
+		for _, h := range hidden {
+			if strings.HasPrefix(abs+"/", h.prefix) {
+				c.fail("%s %s: the daemon cannot read it (%s in unitlease.service); put it under /etc/unitlease", f.key, f.path, h.why)
+			}
+		}
+	}
 }
 
 func orDefaults(p string) string {

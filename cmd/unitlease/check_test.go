@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/unitctl"
 )
 
@@ -84,5 +85,21 @@ func TestCheckRefusedDropIn(t *testing.T) {
 		if out.String() != tt.want || c.failed {
 			t.Errorf("on disk %t: got %q (failed %t), want %q", tt.onDisk, out.String(), c.failed, tt.want)
 		}
+	}
+}
+
+// TestCheckSandbox: check, run by hand as root, could read a password
+// file in /root or /tmp; the daemon's sandbox hides them, and check says
+// so.
+func TestCheckSandbox(t *testing.T) {
+	var out bytes.Buffer
+	c := checker{out: &out}
+	cfg := config.Defaults()
+	cfg.Redis.PasswordFile, cfg.Redis.CAFile, cfg.Redis.KeyFile = "/root/redis.pw", "/tmp/ca.pem", "/etc/unitlease/key.pem"
+	c.sandbox(&cfg)
+	want := "error    redis.password_file /root/redis.pw: the daemon cannot read it (ProtectHome=yes hides /root in unitlease.service); put it under /etc/unitlease\n" +
+		"error    redis.ca_file /tmp/ca.pem: the daemon cannot read it (PrivateTmp=yes gives the daemon its own /tmp in unitlease.service); put it under /etc/unitlease\n"
+	if !c.failed || out.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
