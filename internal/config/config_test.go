@@ -189,3 +189,20 @@ func TestLoadRefusesAFileOthersMayChange(t *testing.T) {
 		}
 	}
 }
+
+// TestNoSecretInTheConfigError: the message `run` logs as config_error
+// (and check prints) for a URL with a password never holds it, whatever
+// its characters.
+func TestNoSecretInTheConfigError(t *testing.T) {
+	for _, pw := range []string{`hunter2`, `p"a"ss`, `back\\slash`, `at@sign`, `sp ace`, `%zz`, `per%25cent`} {
+		doc := "[redis]\nurl = \"redis://user:" + pw + "@h:1/0?skip_verify=true\"\n"
+		_, err := Parse("u.toml", []byte(doc))
+		if err == nil {
+			t.Fatalf("%q accepted", doc)
+		}
+		plain := strings.ReplaceAll(pw, `\\`, `\`)
+		if strings.Contains(err.Error(), plain) || strings.Contains(err.Error(), "user:") {
+			t.Errorf("%q: %v shows the password", doc, err)
+		}
+	}
+}
