@@ -251,6 +251,21 @@ func (s *Systemd) serviceDuration(ctx context.Context, unit, name string) (time.
 	return time.Duration(us) * time.Microsecond, nil
 }
 
+// ControlGroup is a service's cgroup as systemd reports it (relative to
+// the cgroup root systemd sees), "" while it has none.
+func (s *Systemd) ControlGroup(ctx context.Context, unit string) (string, error) {
+	var p *sd.Property
+	err := s.with(ctx, func(c *sd.Conn) (err error) {
+		p, err = c.GetServicePropertyContext(ctx, unit, "ControlGroup")
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("unitctl: ControlGroup of %s: %w", unit, err)
+	}
+	cg, _ := p.Value.Value().(string)
+	return cg, nil
+}
+
 // unitProperty reads one property of the Unit interface.
 func (s *Systemd) unitProperty(ctx context.Context, unit, name string) (dbus.Variant, error) {
 	var p *sd.Property

@@ -98,26 +98,28 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// InUnit reports whether process pid runs in unit's cgroup (or one below
-// it), from /proc/PID/cgroup: what the guard, run as the unit's
-// ExecStartPre=, does.
-func InUnit(pid int32, unit string) bool {
+// InCgroup reports whether process pid runs in cgroup cg (as systemd
+// reports a unit's ControlGroup) or one below it, from /proc/PID/cgroup:
+// what the guard, run as the unit's ExecStartPre=, does. Only the
+// hierarchies systemd's tree is in count: the unified one ("0::") and,
+// on a hybrid system, "name=systemd".
+func InCgroup(pid int32, cg string) bool {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	return err == nil && inCgroup(string(data), unit)
+	return err == nil && inCgroup(string(data), cg)
 }
 
-// inCgroup reports whether a /proc/PID/cgroup text places the process in
-// unit's cgroup or one below it, in any hierarchy.
-func inCgroup(text, unit string) bool {
+// inCgroup is InCgroup on the text of /proc/PID/cgroup.
+func inCgroup(text, cg string) bool {
+	if cg == "" || cg == "/" {
+		return false
+	}
 	for _, line := range strings.Split(text, "\n") {
 		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
+		if len(parts) != 3 || !(parts[0] == "0" && parts[1] == "" || parts[1] == "name=systemd") {
 			continue
 		}
-		for _, part := range strings.Split(parts[2], "/") {
-			if part == unit {
-				return true
-			}
+		if parts[2] == cg || strings.HasPrefix(parts[2], cg+"/") {
+			return true
 		}
 	}
 	return false

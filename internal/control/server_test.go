@@ -180,22 +180,26 @@ func TestClientAsAnotherUser(t *testing.T) {
 }
 
 func TestInCgroup(t *testing.T) {
-	v2 := "0::/system.slice/db.service\n"
-	hybrid := "12:memory:/system.slice/db.service\n1:name=systemd:/system.slice/db.service\n0::/system.slice/db.service\n"
+	const cg = "/system.slice/db.service"
 	for _, c := range []struct {
-		text, unit string
+		text, cg string
 		want       bool
 	}{
-		{v2, "db.service", true},
-		{hybrid, "db.service", true},
-		{"0::/system.slice/db.service/control\n", "db.service", true},
-		{v2, "b.service", false},
-		{"0::/system.slice/xdb.service\n", "db.service", false},
-		{"0::/\n", "db.service", false},
-		{"0::/user.slice/user-0.slice/session-1.scope\n", "db.service", false},
+		{"0::/system.slice/db.service\n", cg, true},
+		{"12:memory:/x\n1:name=systemd:/system.slice/db.service\n0::/\n", cg, true},
+		{"0::/system.slice/db.service/control\n", cg, true},
+		{"0::/system.slice/_io.service\n", "/system.slice/_io.service", true},
+		{"0::/system.slice/b.service\n", cg, false},
+		{"0::/system.slice/db.service2\n", cg, false},
+		{"0::/user.slice/user-0.slice/user@0.service/app.slice/db.service\n", cg, false},
+		{"0::/system.slice/docker.service/db.service\n", cg, false},
+		{"0::/machine.slice/m.scope/system.slice/db.service\n", cg, false},
+		{"12:memory:/system.slice/db.service\n0::/\n", cg, false},
+		{"0::/\n", "/", false},
+		{"0::/x\n", "", false},
 	} {
-		if got := inCgroup(c.text, c.unit); got != c.want {
-			t.Errorf("%q in %q: %t", c.unit, c.text, got)
+		if got := inCgroup(c.text, c.cg); got != c.want {
+			t.Errorf("%q in %q: %t", c.cg, c.text, got)
 		}
 	}
 }

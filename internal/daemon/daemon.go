@@ -43,6 +43,7 @@ type Manager interface {
 	TimeoutAbort(ctx context.Context, unit string) (time.Duration, error)
 	Watchdog(ctx context.Context, unit string) (time.Duration, error)
 	ServiceWatchdogs(ctx context.Context) (bool, error)
+	ControlGroup(ctx context.Context, unit string) (string, error)
 }
 
 var _ Manager = (*unitctl.Systemd)(nil)

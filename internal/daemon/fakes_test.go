@@ -211,6 +211,10 @@ func (f *fakeSystemd) TimeoutAbort(context.Context, string) (time.Duration, erro
 
 // ServiceWatchdogs: systemd enforces service watchdogs, unless a test
 // turned them off.
+func (f *fakeSystemd) ControlGroup(_ context.Context, unit string) (string, error) {
+	return "/system.slice/" + unit, nil
+}
+
 func (f *fakeSystemd) ServiceWatchdogs(context.Context) (bool, error) {
 	return !f.watchdogsOff.Load(), nil
 }

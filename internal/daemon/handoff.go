@@ -70,8 +70,11 @@ func orNone(s string) string {
 // its ExecStartPre=): no other process, a root one included, can have a
 // start admitted, or learn more than that it was refused.
 func (d *Daemon) Guard(ctx context.Context, unit string) error {
-	if p, ok := control.PeerOf(ctx); ok && !control.InUnit(p.PID, unit) {
-		return fmt.Errorf("%s: the caller (pid %d) does not run in %s: only the unit's own ExecStartPre= may ask", unit, p.PID, unit)
+	if p, ok := control.PeerOf(ctx); ok {
+		cg, err := d.sd.ControlGroup(ctx, unit)
+		if err != nil || cg == "" || !control.InCgroup(p.PID, cg) {
+			return fmt.Errorf("%s: the caller (pid %d) does not run in %s's cgroup %q: only the unit's own ExecStartPre= may ask", unit, p.PID, unit, cg)
+		}
 	}
 	s := d.supervisorOf(unit) // a unit's name only: a lease may be named like another lease's unit
 	if s == nil {
