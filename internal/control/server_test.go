@@ -183,7 +183,7 @@ func TestInCgroup(t *testing.T) {
 	const cg = "/system.slice/db.service"
 	for _, c := range []struct {
 		text, cg string
-		want       bool
+		want     bool
 	}{
 		{"0::/system.slice/db.service\n", cg, true},
 		{"12:memory:/x\n1:name=systemd:/system.slice/db.service\n0::/\n", cg, true},
