@@ -167,6 +167,9 @@ func (t Timing) Validate() error {
 		return badTiming("reply_max", "%v must be below renew_deadline %v, or no renewal can complete before the deadline", t.ReplyMax, t.RenewDeadline)
 	case t.PollMin > t.PollMax:
 		return badTiming("poll_min", "%v is above poll_max %v", t.PollMin, t.PollMax)
+	case t.SafeMinimum() > MaxDuration:
+		return badTiming("lease_span", "the lease span these values need, %v (retry %v + renew_deadline %v + stop_wait %v + margin %v), is above the limit of %v",
+			t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin(), MaxDuration)
 	case t.LeaseSpan != 0 && t.LeaseSpan < t.SafeMinimum():
 		return badTiming("lease_span", "%v is below the safe minimum %v (retry %v + renew_deadline %v + stop_wait %v + margin %v: the allowance %v for a daemon that acts late, which unitlease.service's WatchdogSec= and TimeoutAbortSec= set, and clock drift)",
 			t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin(), t.Allowance)

@@ -114,6 +114,17 @@ func TestValidateRejects(t *testing.T) {
 	}
 }
 
+// TestDerivedLeaseSpanWithinTheLimit: a lease span derived above the
+// limit no record may carry (1 h) is refused: the node's own records
+// would be unreadable.
+func TestDerivedLeaseSpanWithinTheLimit(t *testing.T) {
+	tm := DefaultTiming()
+	tm.StopWait = time.Hour
+	if _, err := tm.Resolved(); err == nil || !strings.Contains(err.Error(), "is above the limit of 1h0m0s") {
+		t.Fatalf("stop_wait 1h: %v", err)
+	}
+}
+
 // TestValidateRefusesBusyLoops: intervals that would poll or renew in a
 // busy loop are refused with the floor and why.
 func TestValidateRefusesBusyLoops(t *testing.T) {
@@ -136,7 +147,7 @@ func TestValidateRefusesBusyLoops(t *testing.T) {
 
 func TestValidateAcceptsLimits(t *testing.T) {
 	for _, tm := range []Timing{
-		{Retry: time.Hour, RenewDeadline: time.Hour, StopWait: time.Hour, ReplyMax: time.Hour - 1, PollMin: time.Hour, PollMax: time.Hour, Allowance: time.Hour},
+		{Retry: 10 * time.Minute, RenewDeadline: 20 * time.Minute, StopWait: 15 * time.Minute, ReplyMax: 10*time.Minute - 1, PollMin: time.Hour, PollMax: time.Hour, Allowance: 10 * time.Minute},
 		{Retry: MinInterval, RenewDeadline: MinReplyMax + 1, StopWait: 1, ReplyMax: MinReplyMax, PollMin: MinInterval, PollMax: MinInterval, Allowance: 1},
 		{Retry: 5 * s, RenewDeadline: 20 * s, StopWait: 10 * s, ReplyMax: 2 * s, PollMin: 5 * s, PollMax: 5 * s, Allowance: DefaultAllowance, LeaseSpan: 39246 * time.Millisecond},
 	} {
