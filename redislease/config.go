@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,19 +252,31 @@ func parseURL(raw string) (*redis.Options, error) {
 		}
 		return nil, configErr("url", "not a URL like redis://user@host:6379/0: %v", err)
 	}
+	// With user info in the URL, its parts may hold pieces of a password
+	// (a '/' or '?' in it ends the host early): name none of them.
+	hide := strings.Contains(raw, "@")
+	quote := func(s string) string {
+		if hide {
+			return "(not shown: the URL has user info)"
+		}
+		return strconv.Quote(s)
+	}
 	if err := notReplicated(u); err != nil {
 		return nil, err
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, configErr("url", "scheme %q is not redis:// or rediss://", u.Scheme)
+		return nil, configErr("url", "scheme %s is not redis:// or rediss://", quote(u.Scheme))
 	}
 	if _, set := u.User.Password(); set {
 		return nil, configErr("url", "a password in the URL would show wherever the URL is printed; put it in password_file")
 	}
-	if q := u.Query(); len(q) > 0 {
+	if q := u.Query(); len(q) > 0 || u.RawQuery != "" || u.ForceQuery {
 		var names []string
 		for k := range q {
-			names = append(names, strconv.Quote(k))
+			names = append(names, quote(k))
+		}
+		if len(names) == 0 || hide {
+			return nil, configErr("url", "a query (\"?...\") is not supported: the URL takes only redis://[user@]host[:port][/db]; unitlease.toml sets the rest")
 		}
 		slices.Sort(names)
 		if q.Has("skip_verify") {
@@ -287,13 +298,13 @@ func parseURL(raw string) (*redis.Options, error) {
 		port = "6379"
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return nil, configErr("url", "port %q is not a port number", port)
+		return nil, configErr("url", "port %s is not a port number", quote(port))
 	}
 	opt := &redis.Options{Addr: net.JoinHostPort(host, port), Username: u.User.Username()}
 	if path := strings.TrimPrefix(u.Path, "/"); path != "" {
 		db, err := strconv.Atoi(path)
 		if err != nil || db < 0 || db > MaxDB || strconv.Itoa(db) != path {
-			return nil, configErr("url", "the path %q is not a database number", u.Path)
+			return nil, configErr("url", "the path %s is not a database number", quote(u.Path))
 		}
 		opt.DB = db
 	}
@@ -321,6 +332,9 @@ func (c Config) Plaintext() []string {
 					add(h)
 				}
 			}
+			// The master and replicas the sentinels name: other machines,
+			// as a rule, whatever the sentinels' addresses.
+			hosts = append(hosts, "the master and replicas the sentinels name")
 		}
 		return hosts
 	}
@@ -378,7 +392,8 @@ func (c Config) tls(opt *redis.Options) error {
 	}
 	opt.TLSConfig.MinVersion = tls.VersionTLS12
 	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
+		// Whoever may write it may add a CA and impersonate Redis.
+		pem, err := securefile.Read(c.CAFile, false)
 		if err != nil {
 			return configErr("ca_file", "%v", err)
 		}
@@ -392,7 +407,15 @@ func (c Config) tls(opt *redis.Options) error {
 		return configErr("", "cert_file and key_file go together")
 	}
 	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		certPEM, err := securefile.Read(c.CertFile, false)
+		if err != nil {
+			return configErr("cert_file", "%v", err)
+		}
+		keyPEM, err := securefile.Read(c.KeyFile, true)
+		if err != nil {
+			return configErr("key_file", "%v", err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			return configErr("", "client certificate: %v", err)
 		}

@@ -55,7 +55,7 @@ func (s *Store) Durability(ctx context.Context) Durability {
 	case !fsyncKnown:
 		lose("appendonly is yes; appendfsync is not readable by this Redis user (it needs config|get, which would also let it read every setting), so it is taken as everysec: a crash can lose up to a second of acknowledged writes, which is safe and costs a lease span of waiting after a crash")
 	case d.AppendFsync != "always":
-		lose("appendfsync is " + d.AppendFsync + ": a crash can lose up to a second of acknowledged writes; that is safe (every node learns that another Redis process answers, leaders renew over their own earlier records, standbys age what they see for a lease span), and costs that wait after a crash; appendfsync always avoids it")
+		lose("appendfsync is " + plain(d.AppendFsync) + ": a crash can lose up to a second of acknowledged writes; that is safe (every node learns that another Redis process answers, leaders renew over their own earlier records, standbys age what they see for a lease span), and costs that wait after a crash; appendfsync always avoids it")
 	}
 	switch {
 	case d.Role == "slave" || d.Role == "replica":
@@ -94,4 +94,15 @@ func (s *Store) Info(ctx context.Context, section string) (string, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	return s.rdb.Info(ctx, section).Result()
+}
+
+// plain is s if it is printable ASCII, else quoted: a value a server
+// answered goes into messages a terminal shows.
+func plain(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }

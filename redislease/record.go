@@ -226,8 +226,8 @@ func decodeJSON(key, raw string) (wire, error) {
 	if dec.More() {
 		return bad("trailing data after the record")
 	}
-	if k := duplicateKey(raw); k != "" {
-		return bad("the field %q appears twice", k)
+	if msg := exactFields(raw); msg != "" {
+		return bad("%s", msg)
 	}
 	if f.Holder == nil || f.Version == nil || f.Token == nil || f.State == nil || f.LeaseSpanMS == nil {
 		return bad("a field is missing (want holder, version, token, state, lease_span_ms)")
@@ -259,10 +259,12 @@ func decodeJSON(key, raw string) (wire, error) {
 // longest one the timing allows.
 var maxLeaseSpanMS = uint64(policy.MaxDuration / time.Millisecond)
 
-// duplicateKey returns a top-level field name raw (a JSON object that
-// decoded) repeats, or "": the JSON decoder keeps the last, Lua's the
-// first or the last, and a record must mean one thing.
-func duplicateKey(raw string) string {
+// exactFields checks that raw (a JSON object that decoded) names each
+// field exactly as the record does, once: the JSON decoder matches names
+// case-insensitively (with Unicode folding) and keeps the last of two,
+// Lua's decoder matches them exactly, and a record must mean one thing to
+// both. It returns what is wrong, or "".
+func exactFields(raw string) string {
 	dec := json.NewDecoder(strings.NewReader(raw))
 	if _, err := dec.Token(); err != nil { // {
 		return ""
@@ -274,8 +276,13 @@ func duplicateKey(raw string) string {
 			return ""
 		}
 		k, _ := t.(string)
+		switch k {
+		case "holder", "version", "token", "state", "lease_span_ms":
+		default:
+			return fmt.Sprintf("the field %q is not one of holder, version, token, state, lease_span_ms as written", k)
+		}
 		if seen[k] {
-			return k
+			return fmt.Sprintf("the field %q appears twice", k)
 		}
 		seen[k] = true
 		var skip json.RawMessage

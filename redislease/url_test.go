@@ -97,7 +97,8 @@ func TestPlaintext(t *testing.T) {
 		{Config{URL: "redis://[::1]:1/0"}, ""},
 		{Config{URL: "redis://10.0.0.5:6379/0"}, "10.0.0.5"},
 		{Config{URL: "rediss://10.0.0.5:6379/0"}, ""},
-		{Config{Sentinels: []string{"127.0.0.1:26379", "redis-b:26379"}, MasterName: "m"}, "redis-b"},
+		{Config{Sentinels: []string{"127.0.0.1:26379", "redis-b:26379"}, MasterName: "m"}, "redis-b,the master and replicas the sentinels name"},
+		{Config{Sentinels: []string{"127.0.0.1:26379"}, MasterName: "m"}, "the master and replicas the sentinels name"},
 		{Config{Sentinels: []string{"redis-b:26379"}, MasterName: "m", TLS: true}, ""},
 	} {
 		if got := strings.Join(c.cfg.Plaintext(), ","); got != c.want {

@@ -9,8 +9,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/daemon"
@@ -96,14 +99,33 @@ type checker struct {
 }
 
 func (c *checker) ok(format string, args ...any) {
-	fmt.Fprintf(c.out, "ok       "+format+"\n", args...)
+	fmt.Fprintln(c.out, "ok       "+inert(fmt.Sprintf(format, args...)))
 }
 func (c *checker) warn(format string, args ...any) {
-	fmt.Fprintf(c.out, "warning  "+format+"\n", args...)
+	fmt.Fprintln(c.out, "warning  "+inert(fmt.Sprintf(format, args...)))
 }
 func (c *checker) fail(format string, args ...any) {
 	c.failed = true
-	fmt.Fprintf(c.out, "error    "+format+"\n", args...)
+	fmt.Fprintln(c.out, "error    "+inert(fmt.Sprintf(format, args...)))
+}
+
+// inert writes every character of a line that is not printable as an
+// escape: check prints what Redis and systemd answered (settings, error
+// replies), and none of it may drive the terminal.
+func inert(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\ufffd")
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+		} else {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
 }
 
 func (c *checker) code() int {
@@ -122,14 +144,14 @@ func (c *checker) redis(ctx context.Context, cfg *config.Config) {
 	defer store.Close()
 	rc := cfg.RedisConfig()
 	where := rc.Where()
-	if hosts := rc.Plaintext(); len(hosts) > 0 {
-		c.warn("redis %s: plain TCP to %s, not this machine: the password and every record cross the network in clear; use rediss:// (or tls = true with sentinels) and ca_file", where, strings.Join(hosts, ", "))
-	}
 	if err := store.Ping(ctx); err != nil {
 		c.fail("redis %s: %v", where, err)
 		return
 	}
 	c.ok("redis %s answers", where)
+	if hosts := rc.Plaintext(); len(hosts) > 0 {
+		c.warn("redis %s: plain TCP to %s, not this machine: the password and every record cross the network in clear; use rediss:// (or tls = true with sentinels) and ca_file", where, strings.Join(hosts, ", "))
+	}
 	if rc.Sentinel() {
 		c.sentinel(ctx, store)
 	}

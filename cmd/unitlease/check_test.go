@@ -103,3 +103,15 @@ func TestCheckSandbox(t *testing.T) {
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+// TestCheckOutputIsInert: what Redis answered reaches check's lines with
+// every non-printable character escaped.
+func TestCheckOutputIsInert(t *testing.T) {
+	var out bytes.Buffer
+	c := checker{out: &out}
+	c.warn("redis durability: appendfsync is %s", "x\x1b]0;owned\x07\x1b[2J\u009b\xff")
+	want := "warning  redis durability: appendfsync is x\\x1b]0;owned\\a\\x1b[2J\\u009b\ufffd\n"
+	if out.String() != want {
+		t.Fatalf("got %q\nwant %q", out.String(), want)
+	}
+}

@@ -128,7 +128,7 @@ func TestErrorKeysAndLines(t *testing.T) {
 		{"node = \"n\"\n[redis]\nurl = \"redis://h:1/0\"\nca_file = \"/x\"\n", 2, "redis", "ca_file, cert_file and key_file need a rediss:// url"},
 		{"[redis]\npassword_file = \"" + loose + "\"\n", 1, "redis", "password_file " + loose + ": mode 0644 lets group or others read or change it; chmod 0600 " + loose},
 		{"[redis]\nurl = \"rediss://h:1/0\"\ncert_file = \"/x\"\n", 1, "redis", "cert_file and key_file go together"},
-		{"[redis]\nurl = \"rediss://h:1/0\"\ncert_file = \"/x\"\nkey_file = \"/y\"\n", 1, "redis", "client certificate: open /x:"},
+		{"[redis]\nurl = \"rediss://h:1/0\"\ncert_file = \"/x\"\nkey_file = \"/y\"\n", 3, "redis.cert_file", "open /x:"},
 		{"[redis]\n\npassword_file = \"/nonexistent\"\n", 3, "redis.password_file", "open /nonexistent:"},
 		{"[redis]\nurl = \"rediss://h:1/0\"\nca_file = \"/nonexistent\"\n", 3, "redis.ca_file", "open /nonexistent:"},
 		{"[redis]\nurl = \"redis://u:pw@h:1/0\"\n", 2, "redis.url", "a password in the URL would show"},

@@ -43,6 +43,10 @@ const (
 func Serve(ctx context.Context, l net.Listener, c Service) error {
 	srv := &http.Server{Handler: handler(c), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
 		IdleTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ConnContext: connContext}
+	// One request per connection: a client polling status every second
+	// would otherwise hold its slot for good, and MaxConns of them would
+	// keep the guard of every unit start waiting.
+	srv.SetKeepAlivesEnabled(false)
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)

@@ -20,7 +20,9 @@ const MaxSize = 1 << 20
 // are made on the open file, so a file swapped between check and read is
 // never read.
 func Read(path string, secret bool) ([]byte, error) {
-	f, err := os.Open(path)
+	// Not blocking (a FIFO would hang the open), never a controlling
+	// terminal: nothing is read before the checks on the open file.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, err
 	}
