@@ -182,8 +182,16 @@ func (f *Failover) fence(ctx context.Context, role, addr string, c *redis.Client
 // the master's credentials and TLS.
 func (s *Store) serverOptions(addr string) *redis.Options {
 	fo := s.sentinel
+	o := s.direct(addr, fo.Username, fo.Password)
+	o.DB = fo.DB
+	return o
+}
+
+// direct are the options of one connection the store opens beside its
+// pool: no retries, every call bounded by reply_max, TLS as configured.
+func (s *Store) direct(addr, user, password string) *redis.Options {
 	return &redis.Options{
-		Addr: addr, Username: fo.Username, Password: fo.Password, TLSConfig: fo.TLSConfig, DB: fo.DB,
+		Addr: addr, Username: user, Password: password, TLSConfig: s.sentinel.TLSConfig,
 		Protocol: 2, DisableIdentity: true, MaxRetries: -1,
 		DialTimeout: s.replyMax, ReadTimeout: s.replyMax, WriteTimeout: s.replyMax, ContextTimeoutEnabled: true,
 	}
@@ -193,11 +201,7 @@ func (s *Store) serverOptions(addr string) *redis.Options {
 // replicas it knows.
 func (s *Store) sentinelMaster(ctx context.Context, addr string) (map[string]string, []map[string]string, error) {
 	fo := s.sentinel
-	sc := redis.NewSentinelClient(&redis.Options{
-		Addr: addr, Username: fo.SentinelUsername, Password: fo.SentinelPassword, TLSConfig: fo.TLSConfig,
-		Protocol: 2, DisableIdentity: true, MaxRetries: -1,
-		DialTimeout: s.replyMax, ReadTimeout: s.replyMax, WriteTimeout: s.replyMax, ContextTimeoutEnabled: true,
-	})
+	sc := redis.NewSentinelClient(s.direct(addr, fo.SentinelUsername, fo.SentinelPassword))
 	defer sc.Close()
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()

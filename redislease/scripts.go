@@ -280,6 +280,21 @@ redis.call('PUBLISH', ARGV[3], new)
 return {'ok', new}
 `)
 
+// overwriteLua ends both overwrite scripts once the check passed: ARGV[3]
+// holder, ARGV[4] token, ARGV[5] version, ARGV[6] ttl ms, ARGV[7] events
+// channel. It writes a released record at that version or the server's
+// clock in milliseconds, whichever is higher (as acquire), and publishes
+// it.
+const overwriteLua = `
+local version = tonumber(ARGV[5])
+local now = nowms() + 1
+if now > version then version = now end
+local new = record(ARGV[3], version, ARGV[4], 'released', '0')
+redis.call('SET', KEYS[1], new, 'PX', ARGV[6])
+redis.call('PUBLISH', ARGV[7], new)
+return {'ok', new}
+`
+
 // overwriteLargeScript is overwriteScript for a value too large to read
 // back: KEYS[1] lease key. ARGV: its length, its first bytes, holder,
 // token, version, ttl ms, events channel. It replaces the value if it
@@ -289,14 +304,7 @@ if redis.call('STRLEN', KEYS[1]) ~= tonumber(ARGV[1]) or
    redis.call('GETRANGE', KEYS[1], 0, #ARGV[2] - 1) ~= ARGV[2] then
   return {'conflict'}
 end
-local version = tonumber(ARGV[5])
-local now = nowms() + 1
-if now > version then version = now end
-local new = record(ARGV[3], version, ARGV[4], 'released', '0')
-redis.call('SET', KEYS[1], new, 'PX', ARGV[6])
-redis.call('PUBLISH', ARGV[7], new)
-return {'ok', new}
-`)
+` + overwriteLua)
 
 // overwriteScript is the operator's escape hatch: KEYS[1] lease key. ARGV:
 // expected value, "1" if expected missing, holder, token, version, ttl ms,
@@ -311,11 +319,4 @@ elseif cur ~= ARGV[1] then
   if cur then return {'conflict', cur} end
   return {'conflict'}
 end
-local version = tonumber(ARGV[5])
-local now = nowms() + 1
-if now > version then version = now end
-local new = record(ARGV[3], version, ARGV[4], 'released', '0')
-redis.call('SET', KEYS[1], new, 'PX', ARGV[6])
-redis.call('PUBLISH', ARGV[7], new)
-return {'ok', new}
-`)
+` + overwriteLua)
