@@ -12,7 +12,7 @@ package redislease
 // #<sha256> hash instead (see the README).
 func ACL(user, password, prefix string) string {
 	return "user " + user + " on >" + password + " resetchannels ~" + prefix + "* &" + prefix + "events:* " +
-		"-@all +get +set +mget +scan +publish +subscribe +unsubscribe +pubsub|numsub +evalsha +eval +script|load " +
+		"-@all +get +set +mget +type +strlen +getrange +scan +publish +subscribe +unsubscribe +pubsub|numsub +evalsha +eval +script|load " +
 		"+ping +time +info"
 }
 

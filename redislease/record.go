@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/unitlease/unitlease/internal/inert"
 	"github.com/unitlease/unitlease/policy"
 )
 
@@ -82,7 +83,9 @@ func (e *GarbageError) Error() string {
 	if strconv.Quote(key) != `"`+key+`"` {
 		key = strconv.Quote(key) // a key name with escapes stays one line, and inert
 	}
-	return fmt.Sprintf("redislease: key %s: %s (value %s)", key, e.Reason, strconv.Quote(v))
+	// Reason quotes parts of the value too: the whole message is made
+	// inert, since it reaches the journal and `unitlease reset`'s output.
+	return inert.Text(fmt.Sprintf("redislease: key %s: %s (value %s)", key, e.Reason, strconv.Quote(v)))
 }
 
 func (e *GarbageError) Unwrap() error { return ErrGarbage }

@@ -295,13 +295,17 @@ redis.call('PUBLISH', ARGV[7], new)
 return {'ok', new}
 `
 
-// overwriteLargeScript is overwriteScript for a value too large to read
-// back: KEYS[1] lease key. ARGV: its length, its first bytes, holder,
-// token, version, ttl ms, events channel. It replaces the value if it
-// still has that length and those first bytes.
-var overwriteLargeScript = redis.NewScript(recordLua + `
-if redis.call('STRLEN', KEYS[1]) ~= tonumber(ARGV[1]) or
-   redis.call('GETRANGE', KEYS[1], 0, #ARGV[2] - 1) ~= ARGV[2] then
+// overwriteOddScript is overwriteScript for an odd value (Odd): KEYS[1]
+// lease key. ARGV: its type and length as "TYPE:LENGTH", a string's first
+// bytes, holder, token, version, ttl ms, events channel. It replaces the
+// value if it still has that type, and a string that length and those
+// first bytes (SET replaces a key of any type).
+var overwriteOddScript = redis.NewScript(recordLua + `
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t ~= string.match(ARGV[1], '^(.*):') then return {'conflict'} end
+if t == 'string' and
+   (redis.call('STRLEN', KEYS[1]) ~= tonumber(string.match(ARGV[1], ':(%d+)$')) or
+    redis.call('GETRANGE', KEYS[1], 0, #ARGV[2] - 1) ~= ARGV[2]) then
   return {'conflict'}
 end
 ` + overwriteLua)

@@ -121,6 +121,26 @@ func TestAnAnswerFromAnUnknownServerIsAnError(t *testing.T) {
 	}
 }
 
+// TestPingNeedsWhatAStandbyReads: a user with the previous release's ACL
+// (no TYPE, STRLEN, GETRANGE) answers PING but cannot observe: Ping,
+// which run and check call first, says so (ErrPermission), so the daemon
+// refuses to start instead of running standbys that never see a lease.
+func TestPingNeedsWhatAStandbyReads(t *testing.T) {
+	old := strings.Replace(ACL("unitlease", "s3cret-pw", "unitlease:"), " +type +strlen +getrange", "", 1)
+	srv := redistest.Start(t, redistest.Options{Config: []string{old}})
+	pw := filepath.Join(t.TempDir(), "redis.password")
+	if err := os.WriteFile(pw, []byte("s3cret-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := newStore(t, srv, "node-a", func(c *Config) { c.Username, c.PasswordFile = "unitlease", pw })
+	if err := a.Ping(bg); !errors.Is(err, ErrPermission) {
+		t.Fatalf("ping with the old ACL: %v; want ErrPermission", err)
+	}
+	if _, err := a.Observe(bg, "vpn"); !errors.Is(err, ErrPermission) {
+		t.Fatalf("observe with the old ACL: %v; want ErrPermission", err)
+	}
+}
+
 // TestEverysecCrashLosesTheLastRenewals: with appendfsync everysec a
 // crash may lose the last writes. The leader's next renewal finds its
 // own earlier record under the restarted server's identity and renews

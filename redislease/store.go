@@ -161,24 +161,125 @@ func (s *Store) ObserveUnits(ctx context.Context, name string, units []string) (
 	if len(units) > 0 {
 		return s.observeUnits(ctx, name, units)
 	}
-	cmd, server, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.Get(ctx, s.Key(name)) })
-	var raw string
-	if err == nil {
-		raw, err = cmd.(*redis.StringCmd).Result()
-	}
-	if errors.Is(err, redis.Nil) {
-		missing := policy.Absent
-		missing.Server = server
-		return missing, nil
-	}
+	vals, server, err := s.read(ctx, []string{s.Key(name)})
 	if err != nil {
 		return policy.Record{}, fmt.Errorf("redislease: observe %s: %w", s.Key(name), err)
 	}
-	rec, err := s.observed(name, raw)
+	switch v := vals[0].(type) {
+	case nil:
+		missing := policy.Absent
+		missing.Server = server
+		return missing, nil
+	case *Odd:
+		return v.garbage(s.Key(name))
+	}
+	rec, err := s.observed(name, vals[0].(string))
 	if err == nil {
 		rec.Server = server
 	}
 	return rec, err
+}
+
+// read reads keys in one script on the batch's pipeline, as MGET would,
+// but never more than MaxValue bytes of one: each value comes back as a
+// string, nil when the key is missing, or an *Odd for a key that holds
+// another type than a string or a longer string (a value of hundreds of
+// megabytes would outlast every timeout, and hold the daemon's memory).
+func (s *Store) read(ctx context.Context, keys []string) ([]any, string, error) {
+	cmd, server, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder {
+		return readScript.Eval(ctx, p, keys, MaxValue)
+	})
+	var reply []any
+	if err == nil {
+		reply, err = cmd.(*redis.Cmd).Slice()
+	}
+	if err == nil && len(reply) != len(keys) {
+		err = fmt.Errorf("read %d values for %d keys", len(reply), len(keys))
+	}
+	if err != nil {
+		return nil, "", permission(err)
+	}
+	for i, v := range reply {
+		switch v := v.(type) {
+		case nil, string:
+		case []any:
+			odd, ok := parseOdd(v)
+			if !ok {
+				return nil, "", fmt.Errorf("read %s: unexpected reply %v", keys[i], v)
+			}
+			reply[i] = odd
+		default:
+			return nil, "", fmt.Errorf("read %s: unexpected reply %v", keys[i], v)
+		}
+	}
+	return reply, server, nil
+}
+
+// readScript reads KEYS (a lease key, then its unit keys): for each its
+// value, nil (false) when it is missing, or {type, length, first 64
+// bytes} when it holds another type than a string or a string longer than
+// ARGV[1] bytes.
+var readScript = redis.NewScript(`
+local out = {}
+for i, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k)['ok']
+  if t == 'none' then
+    out[i] = false
+  elseif t ~= 'string' then
+    out[i] = {t, 0, ''}
+  else
+    local n = redis.call('STRLEN', k)
+    if n > tonumber(ARGV[1]) then
+      out[i] = {t, n, redis.call('GETRANGE', k, 0, 63)}
+    else
+      out[i] = redis.call('GET', k)
+    end
+  end
+end
+return out
+`)
+
+// MaxValue bounds what unitlease reads of one key: a record is a few
+// hundred bytes. A longer value, or a key of another type than a string,
+// is an Odd value: garbage, known by its type, length and first bytes.
+const MaxValue = 64 << 10
+
+// An Odd value is one no read brings back whole: a key of another type
+// than a string (written by another client of the server), or a string
+// longer than MaxValue.
+type Odd struct {
+	Type string // Redis's TYPE: string, list, hash, set, zset, stream
+	Size int64  // a string's length
+	Head string // a string's first 64 bytes
+}
+
+func parseOdd(v []any) (*Odd, bool) {
+	if len(v) != 3 {
+		return nil, false
+	}
+	t, ok1 := v[0].(string)
+	n, ok2 := v[1].(int64)
+	h, ok3 := v[2].(string)
+	return &Odd{Type: t, Size: n, Head: h}, ok1 && ok2 && ok3 && t != ""
+}
+
+func (o *Odd) String() string {
+	if o.Type != "string" {
+		return "a Redis " + o.Type + ", not a string"
+	}
+	return fmt.Sprintf("%d bytes, more than any record (%d)", o.Size, MaxValue)
+}
+
+// marker is what stands for an odd value in a record's Raw: it changes
+// when the type, length or first bytes do, so a standby ages it like any
+// other value, and it is never a record.
+func (o *Odd) marker() string {
+	return fmt.Sprintf("\x00odd:%s:%d:%s", o.Type, o.Size, o.Head)
+}
+
+// garbage is what Observe returns for an odd value at key.
+func (o *Odd) garbage(key string) (policy.Record, error) {
+	return policy.Record{Present: true, Raw: o.marker()}, &GarbageError{Key: key, Value: o.Head, Reason: o.String()}
 }
 
 // observed decodes a value read from the lease's key and raises the
@@ -369,36 +470,36 @@ func (s *Store) Overwrite(ctx context.Context, name string, seen policy.Record) 
 	return s.reply(name, server, reply, nil)
 }
 
-// MaxValue bounds what `reset` reads of a lease key: a record is a few
-// hundred bytes; a larger value is replaced by its length and first bytes.
-const MaxValue = 1 << 20
-
-// Large reports the length of a lease key's value and its first 64 bytes
-// when it is longer than MaxValue (0 otherwise), without reading the
-// rest: a value of hundreds of megabytes would outlast every timeout.
-func (s *Store) Large(ctx context.Context, name string) (size int64, head string, err error) {
+// OddValue reports the lease key's value when it is odd (nil
+// otherwise, a missing key included): `reset` replaces such a value by its
+// type, length and first bytes (OverwriteOdd), never reading it whole.
+func (s *Store) OddValue(ctx context.Context, name string) (*Odd, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	size, err = s.rdb.StrLen(ctx, s.Key(name)).Result()
-	if err != nil || size <= MaxValue {
-		return 0, "", err
+	vals, _, err := s.read(ctx, []string{s.Key(name)})
+	if err != nil {
+		return nil, fmt.Errorf("redislease: read %s: %w", s.Key(name), err)
 	}
-	head, err = s.rdb.GetRange(ctx, s.Key(name), 0, 63).Result()
-	return size, head, err
+	odd, _ := vals[0].(*Odd)
+	return odd, nil
 }
 
-// OverwriteLarge is Overwrite for a value Large reported: it replaces it
-// if it still has that length and first bytes.
-func (s *Store) OverwriteLarge(ctx context.Context, name string, size int64, head string) (policy.Record, error) {
+// OverwriteOdd is Overwrite for a value OddValue reported: it replaces
+// it if it still has that type, and for a string that length and first
+// bytes.
+func (s *Store) OverwriteOdd(ctx context.Context, name string, odd *Odd) (policy.Record, error) {
 	token, err := newToken()
 	if err != nil {
 		return policy.Record{}, err
 	}
-	reply, server, err := s.run(ctx, overwriteLargeScript, name, nil,
-		size, head, s.node, token, s.floorOf(name)+1, s.TTL().Milliseconds(), s.Channel(name))
+	reply, server, err := s.run(ctx, overwriteOddScript, name, nil,
+		fmt.Sprintf("%s:%d", odd.Type, odd.Size), odd.Head, s.node, token, s.floorOf(name)+1, s.TTL().Milliseconds(), s.Channel(name))
 	if err != nil {
 		return policy.Record{}, err
 	}
+	s.mu.Lock()
+	delete(s.floor, name) // the operator's word resets what this node knew
+	s.mu.Unlock()
 	return s.reply(name, server, reply, nil)
 }
 
@@ -575,11 +676,28 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// Ping checks that Redis answers within reply_max, and tells which
-// server it is (ErrNoIdentity if it cannot).
+// Ping checks that Redis answers within reply_max, tells which server it
+// is (ErrNoIdentity if it cannot), and lets this user read as a standby
+// does (ErrPermission if not): it reads a key under the prefix that no
+// lease has.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	_, _, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.Ping(ctx) })
+	_, _, err := s.read(ctx, []string{s.prefix + "lease:"})
+	return err
+}
+
+// ErrPermission: the Redis user may not run a command unitlease needs
+// (its ACL lacks one; the README gives the whole list).
+var ErrPermission = errors.New("redislease: the Redis user may not run a command unitlease needs")
+
+// permission marks an error reply that says the user may not run a
+// command (NOPERM, or the error of a script that called one).
+func permission(err error) error {
+	if err != nil && !errors.Is(err, ErrPermission) {
+		if m := err.Error(); strings.Contains(m, "NOPERM") || strings.Contains(m, "can't run this command") {
+			return fmt.Errorf("%w: %w", ErrPermission, err)
+		}
+	}
 	return err
 }

@@ -489,29 +489,82 @@ func TestList(t *testing.T) {
 	}
 }
 
-// TestResetOfAHugeValue: a value of megabytes in a lease key is replaced
-// by its length and first bytes, never read whole (a 200 MB one outlasted
-// every timeout, so it could never be reset); one that changed since is
-// left alone.
-func TestResetOfAHugeValue(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	a := newStore(t, srv, "node-a")
+// TestOddValuesAreGarbageReadByTheirHead: a value of megabytes in a
+// lease key, or a key of another type (a list another client wrote), is
+// garbage known by its type, length and first bytes, on every read: a
+// standby's Observe (alone or with unit keys) never reads it whole (a
+// 200 MB value outlasted every timeout and would hold the daemon's
+// memory), and `reset` replaces it the same way (before, a list could not
+// be reset at all, and MGET read it as a missing key). All under the
+// documented ACL user. One that changed since it was read is left alone.
+func TestOddValuesAreGarbageReadByTheirHead(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Config: []string{ACL("unitlease", "s3cret-pw", "unitlease:")}})
+	pw := filepath.Join(t.TempDir(), "redis.password")
+	if err := os.WriteFile(pw, []byte("s3cret-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := newStore(t, srv, "node-a", func(c *Config) { c.Username, c.PasswordFile = "unitlease", pw })
 	srv.Command("SETRANGE", "unitlease:lease:vpn", strconv.Itoa(8<<20), "x") // 8 MiB of zeros and an x
-	size, head, err := a.Large(bg, "vpn")
-	if err != nil || size != 8<<20+1 || head != strings.Repeat("\x00", 64) {
-		t.Fatalf("Large: %d %q %v", size, head, err)
+	srv.Command("RPUSH", "unitlease:lease:db", "x")
+	srv.Command("HSET", "unitlease:unit:web.service", "x", "y")
+
+	for _, c := range []struct {
+		lease  string
+		units  []string
+		key    string
+		reason string
+	}{
+		{"vpn", nil, "unitlease:lease:vpn", "8388609 bytes, more than any record"},
+		{"vpn", []string{"vpn.service"}, "unitlease:lease:vpn", "8388609 bytes, more than any record"},
+		{"db", nil, "unitlease:lease:db", "a Redis list, not a string"},
+		{"db", []string{"db.service"}, "unitlease:lease:db", "a Redis list, not a string"},
+		{"web", []string{"web.service"}, "unitlease:unit:web.service", "a Redis hash, not a string"},
+	} {
+		rec, err := a.ObserveUnits(bg, c.lease, c.units)
+		var g *GarbageError
+		if !errors.As(err, &g) || g.Key != c.key || !strings.Contains(g.Reason, c.reason) {
+			t.Errorf("observe %s with units %v: %v, want garbage at %s: %s", c.lease, c.units, err, c.key, c.reason)
+			continue
+		}
+		if !rec.Present || rec.Version != 0 || len(rec.Raw) > 200 {
+			t.Errorf("observe %s: %+v, want a present record that is no record, and short", c.lease, rec)
+		}
+		if _, err := a.AcquireUnits(bg, c.lease, c.units, rec); !errors.Is(err, ErrGarbage) {
+			t.Errorf("acquire %s over it: %v, want refused as garbage", c.lease, err)
+		}
 	}
-	if small, _, err := a.Large(bg, "none"); err != nil || small != 0 {
-		t.Fatalf("Large of a missing key: %d %v", small, err)
+
+	odd, err := a.OddValue(bg, "vpn")
+	if err != nil || odd == nil || odd.Type != "string" || odd.Size != 8<<20+1 || odd.Head != strings.Repeat("\x00", 64) {
+		t.Fatalf("OddValue of 8 MiB: %+v %v", odd, err)
 	}
-	if _, err := a.OverwriteLarge(bg, "vpn", size+1, head); !errors.Is(err, ErrConflict) {
+	if none, err := a.OddValue(bg, "none"); err != nil || none != nil {
+		t.Fatalf("OddValue of a missing key: %+v %v", none, err)
+	}
+	changed := *odd
+	changed.Size++
+	if _, err := a.OverwriteOdd(bg, "vpn", &changed); !errors.Is(err, ErrConflict) {
 		t.Fatalf("overwrite of a value that changed: %v", err)
 	}
-	rec, err := a.OverwriteLarge(bg, "vpn", size, head)
+	rec, err := a.OverwriteOdd(bg, "vpn", odd)
 	if err != nil || !rec.Released || rec.Holder != "node-a" {
 		t.Fatalf("overwrite: %+v %v", rec, err)
 	}
 	if got := mustObserve(t, a, "vpn"); !got.Same(rec) {
 		t.Fatalf("the key now holds %+v", got)
+	}
+
+	list, err := a.OddValue(bg, "db")
+	if err != nil || list == nil || list.Type != "list" {
+		t.Fatalf("OddValue of a list: %+v %v", list, err)
+	}
+	srv.Command("DEL", "unitlease:lease:db")
+	srv.Command("SADD", "unitlease:lease:db", "x")
+	if _, err := a.OverwriteOdd(bg, "db", list); !errors.Is(err, ErrConflict) {
+		t.Fatalf("overwrite of a list that became a set: %v", err)
+	}
+	set, _ := a.OddValue(bg, "db")
+	if rec, err := a.OverwriteOdd(bg, "db", set); err != nil || !rec.Released {
+		t.Fatalf("overwrite of a set: %+v %v", rec, err)
 	}
 }

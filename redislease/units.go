@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/unitlease/unitlease/policy"
 )
 
@@ -232,16 +230,14 @@ func (s *Store) observeUnits(ctx context.Context, name string, units []string) (
 	for i, u := range units {
 		keys[1+i] = s.UnitKey(u)
 	}
-	cmd, server, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder { return p.MGet(ctx, keys...) })
-	var vals []any
-	if err == nil {
-		vals, err = cmd.(*redis.SliceCmd).Result()
-	}
-	if err == nil && len(vals) != len(keys) {
-		err = fmt.Errorf("MGET returned %d values for %d keys", len(vals), len(keys))
-	}
+	vals, server, err := s.read(ctx, keys)
 	if err != nil {
 		return policy.Record{}, fmt.Errorf("redislease: observe %s: %w", s.Key(name), err)
+	}
+	for i, v := range vals {
+		if odd, ok := v.(*Odd); ok {
+			return odd.garbage(keys[i])
+		}
 	}
 	c := composite{own: policy.Absent}
 	if raw, ok := vals[0].(string); ok {

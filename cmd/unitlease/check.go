@@ -9,14 +9,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/daemon"
+	"github.com/unitlease/unitlease/internal/inert"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
@@ -99,33 +97,14 @@ type checker struct {
 }
 
 func (c *checker) ok(format string, args ...any) {
-	fmt.Fprintln(c.out, "ok       "+inert(fmt.Sprintf(format, args...)))
+	fmt.Fprintln(c.out, "ok       "+inert.Text(fmt.Sprintf(format, args...)))
 }
 func (c *checker) warn(format string, args ...any) {
-	fmt.Fprintln(c.out, "warning  "+inert(fmt.Sprintf(format, args...)))
+	fmt.Fprintln(c.out, "warning  "+inert.Text(fmt.Sprintf(format, args...)))
 }
 func (c *checker) fail(format string, args ...any) {
 	c.failed = true
-	fmt.Fprintln(c.out, "error    "+inert(fmt.Sprintf(format, args...)))
-}
-
-// inert writes every character of a line that is not printable as an
-// escape: check prints what Redis and systemd answered (settings, error
-// replies), and none of it may drive the terminal.
-func inert(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\ufffd")
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsPrint(r) {
-			b.WriteRune(r)
-		} else {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-	}
-	return b.String()
+	fmt.Fprintln(c.out, "error    "+inert.Text(fmt.Sprintf(format, args...)))
 }
 
 func (c *checker) code() int {
@@ -364,13 +343,17 @@ func resetGarbage(cfg *config.Config, lease string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	after := fmt.Sprintf("standbys take it once they have seen it unchanged for a lease span (%v)", cfg.Timing.LeaseSpan)
-	size, head, err := store.Large(ctx, lease)
+	odd, err := store.OddValue(ctx, lease)
 	if err != nil {
 		return err
 	}
-	if size > 0 {
-		fmt.Fprintf(out, "replacing the %d-byte value of %s (not a record; it begins %q)\n", size, store.Key(lease), head)
-		rec, err := store.OverwriteLarge(ctx, lease, size, head)
+	if odd != nil {
+		what := odd.String()
+		if odd.Type == "string" {
+			what += fmt.Sprintf(", beginning %q", odd.Head)
+		}
+		fmt.Fprintf(out, "replacing the value of %s: %s\n", store.Key(lease), inert.Text(what))
+		rec, err := store.OverwriteOdd(ctx, lease, odd)
 		if err != nil {
 			return err
 		}

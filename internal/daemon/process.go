@@ -63,7 +63,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	defer store.Close()
 	// A Redis that answers but will not say which server it is would
 	// fail every request: a setup error, not an outage to wait out.
-	if err := store.Ping(ctx); errors.Is(err, redislease.ErrNoIdentity) {
+	// Nor one whose user may not read as a standby must (an ACL without
+	// a command unitlease needs).
+	if err := store.Ping(ctx); errors.Is(err, redislease.ErrNoIdentity) || errors.Is(err, redislease.ErrPermission) {
 		return fmt.Errorf("%w: not starting: %w", ErrSetup, err)
 	}
 	if err := sentinelSafe(ctx, cfg.RedisConfig(), store); err != nil {

@@ -1,5 +1,3 @@
-//go:build breaks
-
 package redislease
 
 import (
@@ -60,14 +58,14 @@ func fakeRedis(t *testing.T, answer func(cmd []string) string) string {
 
 func bulk(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
 
-// TestBreakSecDurabilityFindingsCarryServerText: appendfsync comes from
+// TestSecDurabilityFindingsCarryServerText: appendfsync comes from
 // CONFIG GET verbatim and goes into a finding, which `check` prints with
 // %s: a server's escape sequences (retitle, clear, hide the lines before,
 // fake an "ok" line) reach the operator's terminal raw. status quotes
 // every name (shown); check quotes nothing the server says (also the
 // error replies in "redis ...: %v", the sentinels' replica addresses in
 // "replica %s is down").
-func TestBreakSecDurabilityFindingsCarryServerText(t *testing.T) {
+func TestSecDurabilityFindingsCarryServerText(t *testing.T) {
 	evil := "\x1b[2K\r\x1b[1Aok       redis durability: fine\x1b]0;pwned\x07"
 	addr := fakeRedis(t, func(cmd []string) string {
 		switch strings.ToUpper(cmd[0]) {
@@ -96,7 +94,7 @@ func TestBreakSecDurabilityFindingsCarryServerText(t *testing.T) {
 	}
 }
 
-// TestBreakSecGarbageReasonCarriesRawText: GarbageError quotes the key
+// TestSecGarbageReasonCarriesRawText: GarbageError quotes the key
 // and the value, but its Reason quotes the version and lease_span_ms as
 // raw JSON text (%s of a json.RawMessage). JSON strings may hold U+202E
 // (right-to-left override), U+2028 and the C1 controls (U+009B is CSI on
@@ -104,7 +102,7 @@ func TestBreakSecDurabilityFindingsCarryServerText(t *testing.T) {
 // them, raw, into `unitlease reset`'s "replacing %v" line and the
 // daemon's garbage log entries.
 // Fix: %q (or strconv.Quote) for every value-derived part of Reason.
-func TestBreakSecGarbageReasonCarriesRawText(t *testing.T) {
+func TestSecGarbageReasonCarriesRawText(t *testing.T) {
 	tok := strings.Repeat("a", 32)
 	for _, raw := range []string{
 		`{"holder":"a","version":"` + "\u202e\u009b2J\u2028" + `","token":"` + tok + `","state":"held","lease_span_ms":1}`,
