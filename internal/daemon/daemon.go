@@ -151,24 +151,18 @@ func (d *Daemon) find(target string) *supervisor.Supervisor {
 	return d.supervisorOf(target)
 }
 
-// target resolves what `unitlease handoff` names: a lease by its name, or
-// a unit by its name. A name that is both a lease and another lease's
-// unit is refused rather than guessed.
+// target resolves what `unitlease handoff` names: a lease by its name
+// first, then a unit by its name when no lease has that name. Two leases
+// may be named after each other's units: each is still reached by its
+// own name, and the rule is one a user can read in the man page.
 func (d *Daemon) target(name string) (*supervisor.Supervisor, error) {
-	var lease *supervisor.Supervisor
 	for _, s := range d.supervisors() {
 		if s.Lease == name {
-			lease = s
+			return s, nil
 		}
 	}
-	unit := d.supervisorOf(name)
-	switch {
-	case lease != nil && unit != nil && unit != lease:
-		return nil, fmt.Errorf("%s is both a lease and a unit of lease %s: name the lease (%s) whose holder should hand it off", name, unit.Lease, unit.Lease)
-	case lease != nil:
-		return lease, nil
-	case unit != nil:
-		return unit, nil
+	if s := d.supervisorOf(name); s != nil {
+		return s, nil
 	}
 	return nil, fmt.Errorf("%s: %w", name, ErrNotManaged)
 }

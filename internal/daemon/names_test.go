@@ -11,7 +11,7 @@ import (
 // TestUnitsAndLeasesAreMatchedByTheirOwnNames: a lease may be named like
 // another lease's unit. The guard matches unit names only, so a start of
 // web.service is judged by its own lease a, not by the lease named
-// web.service; a handoff of a name that is both refuses to guess.
+// web.service; a handoff takes a lease's name first, then a unit's.
 func TestUnitsAndLeasesAreMatchedByTheirOwnNames(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sd := newFakeSystemd(map[string]string{"web.service": "a", "other.service": "web.service"})
@@ -32,9 +32,10 @@ func TestUnitsAndLeasesAreMatchedByTheirOwnNames(t *testing.T) {
 		if err := d.Guard(ctx, "a"); err == nil || !strings.Contains(err.Error(), "not managed") {
 			t.Errorf("guard of a lease name: %v, want not managed (a unit name only)", err)
 		}
-		_, err = d.Handoff(ctx, "web.service")
-		if err == nil || !strings.Contains(err.Error(), "is both a lease and a unit of lease a") {
-			t.Errorf("handoff of web.service: %v, want a refusal that names both", err)
+		for name, want := range map[string]string{"web.service": "web.service", "other.service": "web.service", "a": "a"} {
+			if s, err := d.target(name); err != nil || s.Lease != want {
+				t.Errorf("handoff of %s selects %v (%v), want lease %s (a lease's name first, then a unit's)", name, s, err, want)
+			}
 		}
 		cancel()
 		d.Shutdown(context.WithoutCancel(ctx))

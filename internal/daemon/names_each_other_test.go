@@ -1,5 +1,3 @@
-//go:build breaks
-
 package daemon
 
 import (
@@ -9,15 +7,12 @@ import (
 	"time"
 )
 
-// TestBreakSecLeaseNamedLikeAnotherUnitCannotBeHandedOff: target refuses
-// a name that is both a lease and another lease's unit. A lease can then
-// still be named by one of its units, unless every one of them is also
-// a lease's name: two leases named after each other's unit
-// (x.service's lease is y.service, y.service's is x.service) cannot be
-// handed off at all (contrived, but accepted at discovery). Fix: let
-// handoff say which it means (--lease/--unit, or lease:NAME), or refuse
-// such names at discovery.
-func TestBreakSecLeaseNamedLikeAnotherUnitCannotBeHandedOff(t *testing.T) {
+// TestLeasesNamedAfterEachOthersUnitsAreHandedOffByName: two leases
+// named after each other's units (x.service's lease is y.service,
+// y.service's is x.service) are each reached by their own name. Before,
+// a name that was both a lease and another lease's unit was refused, so
+// neither lease could be handed off at all.
+func TestLeasesNamedAfterEachOthersUnitsAreHandedOffByName(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sd := newFakeSystemd(map[string]string{"x.service": "y.service", "y.service": "x.service"})
 		store := newMemStore()
