@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -18,7 +20,9 @@ const MaxSize = 1 << 20
 // owned by root (or by the user running this process), not writable by
 // group or others and, with secret, neither readable by them. The checks
 // are made on the open file, so a file swapped between check and read is
-// never read.
+// never read. The path must be root's too (Trusted): a file root owns,
+// reached through a directory or a symlink another user controls, is
+// whatever file that user chose.
 func Read(path string, secret bool) ([]byte, error) {
 	// Not blocking (a FIFO would hang the open), never a controlling
 	// terminal: nothing is read before the checks on the open file.
@@ -46,6 +50,15 @@ func Read(path string, secret bool) ([]byte, error) {
 	case perm&0o022 != 0:
 		return nil, fmt.Errorf("%s: mode %04o lets group or others change it; chmod go-w %s", path, perm, path)
 	}
+	if err := Trusted(path); err != nil {
+		return nil, err
+	}
+	// Where the opened file is, in case the path moved under the walk.
+	if real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err == nil && filepath.IsAbs(real) {
+		if err := Trusted(real); err != nil {
+			return nil, err
+		}
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
 		return nil, err
@@ -54,4 +67,92 @@ func Read(path string, secret bool) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxSize)
 	}
 	return data, nil
+}
+
+// maxLinks bounds the symlinks one path may pass through (the kernel's
+// own limit).
+const maxLinks = 40
+
+// Trusted checks that only root (or the user running this process) can
+// change what path names: every directory it passes through, from /, is
+// owned by root and not writable by group or others (a sticky directory,
+// such as /tmp, may be: there only an entry's owner may replace it), and
+// every symlink it follows is root's, the directories of its target
+// checked the same way.
+func Trusted(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	links := 0
+	return walk(path, abs, &links)
+}
+
+func walk(path, p string, links *int) error {
+	parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+	cur := "/"
+	if err := dir(path, cur); err != nil {
+		return err
+	}
+	for i, part := range parts {
+		if part == "" {
+			continue
+		}
+		next := filepath.Join(cur, part)
+		st, err := os.Lstat(next)
+		if err != nil {
+			return err
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			if err := owned(path, next, st, "symlink"); err != nil {
+				return err
+			}
+			if *links++; *links > maxLinks {
+				return fmt.Errorf("%s: more than %d symlinks", path, maxLinks)
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return err
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(cur, target)
+			}
+			return walk(path, filepath.Join(append([]string{target}, parts[i+1:]...)...), links)
+		}
+		if i < len(parts)-1 {
+			if err := dir(path, next); err != nil {
+				return err
+			}
+		}
+		cur = next
+	}
+	return nil
+}
+
+// dir checks one directory path passes through.
+func dir(path, d string) error {
+	st, err := os.Stat(d)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: %s is not a directory", path, d)
+	}
+	if err := owned(path, d, st, "directory"); err != nil {
+		return err
+	}
+	if perm := st.Mode(); perm.Perm()&0o022 != 0 && perm&os.ModeSticky == 0 {
+		return fmt.Errorf("%s: directory %s has mode %04o: group or others could put another file in its place; chmod go-w %s", path, d, perm.Perm(), d)
+	}
+	return nil
+}
+
+// owned checks that root (or this process's user) owns what is at p.
+func owned(path, p string, st os.FileInfo, what string) error {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		if uid := int(sys.Uid); uid != 0 && uid != os.Geteuid() {
+			return fmt.Errorf("%s: %s %s is owned by uid %d, not root: that user could put another file in its place", path, what, p, uid)
+		}
+	}
+	return nil
 }
