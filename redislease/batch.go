@@ -39,6 +39,7 @@ type call struct {
 	cmd    redis.Cmder
 	server string // the identity of the server that answered the pipeline
 	idErr  error  // why the identity could not be read, if it could not
+	err    error  // why the pipeline got no answer at all (AUTH refused, ...)
 	done   chan struct{}
 }
 
@@ -76,6 +77,9 @@ func (b *batcher) do(ctx context.Context, queue func(redis.Pipeliner) redis.Cmde
 	}
 	select {
 	case <-c.done:
+		if c.err != nil {
+			return c.cmd, "", c.err
+		}
 		if err := c.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return c.cmd, c.server, err
 		}
@@ -137,11 +141,16 @@ func (b *batcher) flush(batch []*call) {
 		sent = append(sent, c)
 	}
 	var server string
-	var idErr error
+	var idErr, noAnswer error
 	if len(sent) > 0 {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		_, _ = pipe.Exec(ctx) // each command carries its own error
+		_, err := pipe.Exec(ctx) // each command carries its own error...
 		cancel()
+		if err != nil && id.Err() == nil && id.Val() == nil {
+			// ...unless the connection failed before any was sent (the
+			// server refused AUTH): then none does, and this is why.
+			noAnswer = err
+		}
 		b.flushes.Add(1)
 		server, idErr = id.Text()
 		if idErr == nil && !validIdentity(server) {
@@ -149,7 +158,7 @@ func (b *batcher) flush(batch []*call) {
 		}
 	}
 	for _, c := range sent {
-		c.server, c.idErr = server, idErr
+		c.server, c.idErr, c.err = server, idErr, noAnswer
 		close(c.done)
 	}
 }

@@ -141,6 +141,23 @@ func TestPingNeedsWhatAStandbyReads(t *testing.T) {
 	}
 }
 
+// TestAWrongPasswordIsNamed: a server that refuses the password answers
+// no command of the pipeline; the error is Redis's (WRONGPASS), not "the
+// user needs EVAL and INFO", which sent operators to the ACL.
+func TestAWrongPasswordIsNamed(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Config: []string{ACL("unitlease", "s3cret-pw", "unitlease:")}})
+	pw := filepath.Join(t.TempDir(), "redis.password")
+	if err := os.WriteFile(pw, []byte("wrong-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := newStore(t, srv, "node-a", func(c *Config) { c.Username, c.PasswordFile = "unitlease", pw })
+	for what, err := range map[string]error{"ping": a.Ping(bg), "observe": func() error { _, err := a.Observe(bg, "vpn"); return err }()} {
+		if err == nil || errors.Is(err, ErrNoIdentity) || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("%s with a wrong password: %v; want Redis's WRONGPASS", what, err)
+		}
+	}
+}
+
 // TestEverysecCrashLosesTheLastRenewals: with appendfsync everysec a
 // crash may lose the last writes. The leader's next renewal finds its
 // own earlier record under the restarted server's identity and renews

@@ -74,6 +74,10 @@ func cmdVersion(_ []string, stdout, _ io.Writer) int {
 	return 0
 }
 
+// newLog makes run's logger: the journal when its socket exists, else
+// stderr. Tests read what it would write through logging.Text.
+var newLog = logging.New
+
 func cmdRun(args []string, _, stderr io.Writer) int {
 	var path string
 	fs, ok := flags("run", args, stderr, func(fs *flag.FlagSet) {
@@ -82,7 +86,7 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 	if !ok || fs.NArg() > 0 {
 		return 2
 	}
-	log := logging.New(slog.LevelInfo)
+	log := newLog(slog.LevelInfo)
 	cfg, err := config.Load(path)
 	if err != nil {
 		// A process that exits at once may be gone before journald reads
