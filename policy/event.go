@@ -80,6 +80,9 @@ type Event struct {
 	Kind   EventKind
 	Record Record
 	Killed bool
+	// Cause of a HandoffRequested other than a planned handoff: only
+	// CauseUnmanaged (the daemon stops managing the lease here).
+	Cause Cause
 }
 
 func (e Event) String() string {

@@ -141,7 +141,7 @@ func (m *Machine) handle(e Event, o *Output) {
 	case UnitStopFailed:
 		m.unitStopFailed(o)
 	case HandoffRequested:
-		m.handoff(o)
+		m.handoff(e.Cause, o)
 	case Nudge:
 		m.nudge()
 	case Ineligible, Eligible:

@@ -39,14 +39,15 @@ const (
 	CauseStartFailed       // the start job failed
 	CauseHandoff           // a planned handoff
 	CauseIneligible        // this node must not run the unit
+	CauseUnmanaged         // the lease is no longer annotated on this node (removed, or refused)
 )
 
-var causeNames = []string{"none", "startup", "renew_failed", "lost", "missing", "unit_failed", "start_failed", "handoff", "ineligible"}
+var causeNames = []string{"none", "startup", "renew_failed", "lost", "missing", "unit_failed", "start_failed", "handoff", "ineligible", "unmanaged"}
 
 func (c Cause) String() string { return name(causeNames, "cause", uint8(c)) }
 
 // backsOff reports whether a node that stopped for c leaves the lease to a
 // peer for a while afterwards: when it gave the lease up itself.
 func (c Cause) backsOff() bool {
-	return c == CauseRenewFailed || c == CauseUnitFailed || c == CauseStartFailed || c == CauseHandoff || c == CauseIneligible
+	return c == CauseRenewFailed || c == CauseUnitFailed || c == CauseStartFailed || c == CauseHandoff || c == CauseIneligible || c == CauseUnmanaged
 }

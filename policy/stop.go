@@ -56,9 +56,14 @@ func (m *Machine) leave() {
 }
 
 // handoff: stop, confirm inactive, release, back off; a waiting peer
-// acquires the released record at once. Refused where nothing runs.
-func (m *Machine) handoff(o *Output) {
-	if !m.giveUp(CauseHandoff, o) {
+// acquires the released record at once. Refused where nothing runs. c is
+// CauseUnmanaged when the daemon stops managing the lease here (its
+// annotation was removed or refused), CauseHandoff otherwise.
+func (m *Machine) handoff(c Cause, o *Output) {
+	if c != CauseUnmanaged {
+		c = CauseHandoff
+	}
+	if !m.giveUp(c, o) {
 		o.note(JournalRefused)
 	}
 }

@@ -57,6 +57,10 @@ func (s *Store) subscribe(ctx context.Context, leases []string, out chan<- Wake)
 	}
 	ps := s.rdb.Subscribe(ctx)
 	defer ps.Close()
+	// Receive returns on a message or a deadline, not on a cancelled
+	// context: closing the subscription is what ends it (else each
+	// reload would leave one behind, counted as a watcher by peers).
+	defer context.AfterFunc(ctx, func() { ps.Close() })()
 	if len(channels) == 0 {
 		<-ctx.Done()
 		return true

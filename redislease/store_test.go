@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -566,5 +567,47 @@ func TestOddValuesAreGarbageReadByTheirHead(t *testing.T) {
 	set, _ := a.OddValue(bg, "db")
 	if rec, err := a.OverwriteOdd(bg, "db", set); err != nil || !rec.Released {
 		t.Fatalf("overwrite of a set: %+v %v", rec, err)
+	}
+}
+
+// TestWakeupsEndWithTheirContext: a subscription ends when its context
+// does: its channel closes and peers no longer count it as a watcher.
+// go-redis's Receive does not return on a cancelled context (only on a
+// deadline or a message), so every reload of the daemon left one
+// subscription behind, and `handoff` counted watchers that were gone.
+func TestWakeupsEndWithTheirContext(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a, b := newStore(t, srv, "node-a"), newStore(t, srv, "node-b")
+	for round := range 3 {
+		ctx, cancel := context.WithCancel(t.Context())
+		wakes := b.Wakeups(ctx, []string{"vpn"})
+		waitWake(t, wakes, Wake{Resync: true})
+		if n, _ := a.Watchers(bg, "vpn"); n != 1 {
+			t.Fatalf("round %d: watchers of vpn: %d, want 1 (every earlier subscription ended)", round, n)
+		}
+		cancel()
+		closed := time.After(10 * time.Second) // turns a hang into a failure
+		for open := true; open; {
+			select {
+			case _, open = <-wakes:
+			case <-closed:
+				t.Fatalf("round %d: the wake-ups channel is still open after its context ended", round)
+			}
+		}
+	}
+	// The server drops a closed connection's subscriptions once it reads
+	// the close; the count reaches 0 with no subscription left.
+	for i, n := 0, 1; n != 0; i++ {
+		if i == 100000 {
+			t.Fatalf("watchers of vpn: still %d", n)
+		}
+		var err error
+		if n, err = a.Watchers(bg, "vpn"); err != nil {
+			t.Fatal(err)
+		}
+		if n > 1 {
+			t.Fatalf("watchers of vpn: %d after every subscription ended", n)
+		}
+		runtime.Gosched()
 	}
 }

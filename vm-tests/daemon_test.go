@@ -259,8 +259,8 @@ func TestDaemonSIGTERMHandsOverCleanly(t *testing.T) {
 	run(t, leader, "systemctl", "stop", "unitlease.service")
 	waitState(t, standby, "demo.service", "active", 30*time.Second)
 	gap := d.handover(leader, standby)
-	if evs := d.events(leader); !has(evs, "released") {
-		t.Fatalf("stopped leader's events %v lack released", evs)
+	if evs := d.events(leader); !has(evs, "released") || has(evs, "unit_failed") {
+		t.Fatalf("stopped leader's events %v: want released, and no unit_failed (systemd stops the bound unit first, a planned stop)", evs)
 	}
 	// The peer took the released record at once: its version is the
 	// release's plus one, not a fresh one after the key expired.
@@ -354,4 +354,53 @@ func TestDaemonBadConfigRefusesToRun(t *testing.T) {
 	if status := run(t, n, "systemctl", "show", "-P", "ExecMainStatus", "unitlease.service"); status != "1" {
 		t.Fatalf("exit status %s, want 1", status)
 	}
+}
+
+// watchers is what n's `unitlease status --json` counts as watching the
+// lease "demo" (-1 if it cannot be read).
+func watchers(t *testing.T, n *Node) int {
+	t.Helper()
+	out, _, err := n.Run(t.Context(), "unitlease", "status", "--json")
+	var snap struct{ Cluster []struct{ Watchers int } }
+	if err != nil || json.Unmarshal([]byte(out), &snap) != nil || len(snap.Cluster) != 1 {
+		return -1
+	}
+	return snap.Cluster[0].Watchers
+}
+
+// TestDaemonHandoffRefusesAfterReloadsWhenThePeerIsGone: every reload
+// (systemctl daemon-reload, SIGHUP) subscribes anew; the subscription it
+// replaces must end, or peers count it as a watcher. Before, three
+// reloads took the count from 2 to 5, and with the peer's daemon stopped
+// `unitlease handoff` still saw watchers, stopped the only copy and
+// released the lease: the service was down until someone started it.
+func TestDaemonHandoffRefusesAfterReloadsWhenThePeerIsGone(t *testing.T) {
+	d := deploy(t)
+	leader, standby := d.leader(60 * time.Second)
+	for range 3 {
+		run(t, leader, "systemctl", "daemon-reload")
+		run(t, leader, "systemctl", "reload", "unitlease.service")
+	}
+	run(t, standby, "systemctl", "stop", "unitlease.service")
+	// The leader's own subscription is the one left (its replaced ones
+	// end as they are replaced; the server forgets a closed connection's
+	// a moment later). Before the fix the count stayed at 7.
+	for deadline := time.Now().Add(30 * time.Second); watchers(t, leader) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("watchers of demo: %d after 6 reloads and the peer's daemon stopped, want 1 (the leader's own)\n%s",
+				watchers(t, leader), d.journals())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out, stderr, err := leader.Run(t.Context(), "unitlease", "handoff", "demo")
+	if err == nil {
+		t.Fatalf("handoff with no peer watching succeeded: %s%s", out, stderr)
+	}
+	if !strings.Contains(stderr, "no other node") && !strings.Contains(stderr, "watch") {
+		t.Errorf("handoff's refusal does not say that no peer watches: %q", stderr)
+	}
+	if got := active(t, leader, "demo.service"); got != "active" {
+		t.Fatalf("demo.service on the leader is %s after a refused handoff", got)
+	}
+	d.noViolations()
 }

@@ -33,6 +33,7 @@ type Manager interface {
 	Start(ctx context.Context, unit string) error
 	Stop(ctx context.Context, unit string, stopWait time.Duration) error
 	ActiveState(ctx context.Context, unit string) (string, error)
+	State(ctx context.Context, unit string) (unitctl.UnitState, error)
 	StartOrder(ctx context.Context, units []string) ([]string, error)
 	Discover(ctx context.Context, extra ...string) ([]unitctl.Annotation, []error)
 	Validate(ctx context.Context, unit string, cfg unitctl.Config) (*unitctl.Plan, error)

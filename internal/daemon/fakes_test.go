@@ -119,12 +119,14 @@ type fakeSystemd struct {
 	refused     map[string]bool // Validate refuses
 	validated   int             // Validate calls
 	uninstalled []string
+	jobs        map[string]string // unit -> the type of its queued job
+	events      chan unitctl.Event // what Watch reports
 
 	watchdogsOff atomic.Bool // systemctl service-watchdogs no
 }
 
 func newFakeSystemd(annotated map[string]string) *fakeSystemd {
-	return &fakeSystemd{annotated: annotated, active: map[string]bool{}, stuck: map[string]bool{}, refused: map[string]bool{}}
+	return &fakeSystemd{annotated: annotated, active: map[string]bool{}, stuck: map[string]bool{}, refused: map[string]bool{}, jobs: map[string]string{}, events: make(chan unitctl.Event)}
 }
 
 func (f *fakeSystemd) set(fn func(*fakeSystemd)) {
@@ -159,6 +161,13 @@ func (f *fakeSystemd) ActiveState(_ context.Context, unit string) (string, error
 		return "active", nil
 	}
 	return "inactive", nil
+}
+
+func (f *fakeSystemd) State(ctx context.Context, unit string) (unitctl.UnitState, error) {
+	st, err := f.ActiveState(ctx, unit)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return unitctl.UnitState{ActiveState: st, JobType: f.jobs[unit]}, err
 }
 
 func (f *fakeSystemd) StartOrder(_ context.Context, units []string) ([]string, error) {
@@ -199,9 +208,24 @@ func (f *fakeSystemd) Uninstall(_ context.Context, _ unitctl.Config, units []str
 	return nil
 }
 
+// Watch passes on what a test sends to events, while ctx lasts.
 func (f *fakeSystemd) Watch(ctx context.Context, _ []string, _ time.Duration) <-chan unitctl.Event {
 	ch := make(chan unitctl.Event)
-	context.AfterFunc(ctx, func() { close(ch) })
+	go func() {
+		defer close(ch)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev := <-f.events:
+				select {
+				case ch <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
 	return ch
 }
 

@@ -293,7 +293,7 @@ func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool)
 	}
 	r.removing = true
 	d.mu.Unlock()
-	d.relinquish(ctx, r.sup)
+	d.relinquish(ctx, r.sup, true)
 	if r.sup.Holding() {
 		d.log.Error(fmt.Sprintf("%s: no longer annotated, but not confirmed inactive: lease %s stays held here until it stops",
 			strings.Join(r.sup.Units, ", "), lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, lease)...)
@@ -344,11 +344,17 @@ func (d *Daemon) end(ctx context.Context, lease string, r *running, keep map[str
 
 // relinquish stops the units and releases the lease if this node holds
 // it, and returns once it does not (or the stop failed for good).
-func (d *Daemon) relinquish(ctx context.Context, s *supervisor.Supervisor) {
+// unmanaged says why: the lease is no longer managed here (its
+// annotation was removed or refused), not a handoff.
+func (d *Daemon) relinquish(ctx context.Context, s *supervisor.Supervisor, unmanaged bool) {
 	if !s.Holding() {
 		return
 	}
-	s.Handoff(ctx)
+	if unmanaged {
+		s.Unmanage(ctx)
+	} else {
+		s.Handoff(ctx)
+	}
 	d.waitFor(ctx, func() bool { return !s.Holding() || s.Status().Role == policy.StopFailed.String() })
 }
 
@@ -384,7 +390,7 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, r := range d.running() {
 		wg.Go(func() {
-			d.relinquish(ctx, r.sup)
+			d.relinquish(ctx, r.sup, false)
 			if r.sup.Holding() {
 				d.log.Error(fmt.Sprintf("%s: not confirmed inactive: lease %s stays held, and the daemon does not exit, until it stops",
 					strings.Join(r.sup.Units, ", "), r.sup.Lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, r.sup.Lease)...)

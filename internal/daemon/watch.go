@@ -83,10 +83,13 @@ func (d *Daemon) watchUnits(ctx context.Context, units []string) {
 }
 
 // daemonStopping reports whether systemd is stopping unitlease.service
-// itself.
+// itself: deactivating, or still active with a stop (or restart) job
+// queued. systemd stops the units bound to it first (they are ordered
+// after it), so while they stop the daemon is still active, its job
+// waiting: a clean `systemctl stop unitlease` or a package upgrade.
 func (d *Daemon) daemonStopping(ctx context.Context) bool {
-	st, err := d.sd.ActiveState(ctx, d.daemonUnit())
-	return err == nil && st == "deactivating"
+	st, err := d.sd.State(ctx, d.daemonUnit())
+	return err == nil && (st.ActiveState == "deactivating" || st.JobType == "stop" || st.JobType == "restart")
 }
 
 func (d *Daemon) daemonUnit() string {

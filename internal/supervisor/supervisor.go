@@ -369,6 +369,13 @@ func (s *Supervisor) Handoff(ctx context.Context) {
 	s.send(ctx, policy.Event{Kind: policy.HandoffRequested})
 }
 
+// Unmanage is Handoff when the daemon stops managing the lease on this
+// node (its annotation was removed, changed, or refused): the journal
+// says "stopping (unmanaged)", not a handoff nobody asked for.
+func (s *Supervisor) Unmanage(ctx context.Context) {
+	s.send(ctx, policy.Event{Kind: policy.HandoffRequested, Cause: policy.CauseUnmanaged})
+}
+
 // SetEligible says whether this node may run the lease's units (a
 // drop-in whose protections were defeated makes it ineligible): an
 // ineligible node hands the lease off and acquires it no more until it

@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/unitlease/unitlease/unitctl"
+)
+
+// TestAnnotationLostOnTheLeaderIsNoHandoff: when a reload finds the
+// leader's unit no longer annotated (a typo in its [X-UnitLease] section
+// makes the annotation an error, or it was removed), the daemon stops it
+// and releases the lease as "unmanaged", not as a handoff nobody asked
+// for; a unit refused (an override, systemctl enable) stops as
+// "ineligible".
+func TestAnnotationLostOnTheLeaderIsNoHandoff(t *testing.T) {
+	for _, c := range []struct {
+		name, want string
+		lose       func(*fakeSystemd)
+	}{
+		{"refused", "web.service: stopping (ineligible)", func(f *fakeSystemd) { f.refused["web.service"] = true }},
+		{"not annotated", "web.service: stopping (unmanaged)", func(f *fakeSystemd) { delete(f.annotated, "web.service") }},
+	} {
+		name, lose := c.name, c.lose
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sd := newFakeSystemd(map[string]string{"web.service": "a"})
+				store := newMemStore()
+				d, logs := testDaemon(t, sd, store)
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				d.Reload(ctx)
+				time.Sleep(30 * time.Second)
+				synctest.Wait()
+				if !sd.isActive("web.service") {
+					t.Fatalf("not leading:\n%s", logs)
+				}
+				sd.set(lose)
+				d.Reload(ctx)
+				time.Sleep(30 * time.Second)
+				synctest.Wait()
+				out := logs.String()
+				if sd.isActive("web.service") {
+					t.Errorf("web.service still runs:\n%s", out)
+				}
+				if !strings.Contains(out, c.want) || strings.Contains(out, "(handoff)") {
+					t.Errorf("the journal does not say %q, or says handoff:\n%s", c.want, out)
+				}
+				cancel()
+				d.Shutdown(context.WithoutCancel(ctx))
+			})
+		})
+	}
+}
+
+// TestCleanDaemonStopIsNoUnitFailure: `systemctl stop unitlease` (or a
+// restart in a package upgrade) stops the bound units first, while
+// unitlease.service is still active with its stop job queued. The unit
+// going inactive then is the planned stop, handed off as such: before,
+// it was logged unit_failed ("failed while this node held lease"), and
+// alerts on that event fired on every stop and upgrade. With no job
+// queued, the same stop behind the daemon's back is a failure.
+func TestCleanDaemonStopIsNoUnitFailure(t *testing.T) {
+	for _, job := range []string{"stop", "restart", ""} {
+		t.Run("job "+job, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sd := newFakeSystemd(map[string]string{"web.service": "a"})
+				store := newMemStore()
+				d, logs := testDaemon(t, sd, store)
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				d.Reload(ctx)
+				time.Sleep(30 * time.Second)
+				synctest.Wait()
+				if !sd.isActive("web.service") {
+					t.Fatalf("not leading:\n%s", logs)
+				}
+				sd.set(func(f *fakeSystemd) {
+					f.jobs["unitlease.service"] = job
+					f.active["web.service"] = false
+				})
+				sd.events <- unitctl.Event{Unit: "web.service", Kind: unitctl.StoppedBehind}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				out := logs.String()
+				failed := strings.Contains(out, "UNITLEASE_EVENT=unit_failed")
+				if failed != (job == "") || !strings.Contains(out, "UNITLEASE_EVENT=released") {
+					t.Errorf("with the daemon's job %q: unit_failed logged %v, want %v; and the lease released:\n%s", job, failed, job == "", out)
+				}
+				cancel()
+				d.Shutdown(context.WithoutCancel(ctx))
+			})
+		})
+	}
+}
