@@ -119,7 +119,7 @@ type fakeSystemd struct {
 	refused     map[string]bool // Validate refuses
 	validated   int             // Validate calls
 	uninstalled []string
-	jobs        map[string]string // unit -> the type of its queued job
+	jobs        map[string]string  // unit -> the type of its queued job
 	events      chan unitctl.Event // what Watch reports
 
 	watchdogsOff atomic.Bool // systemctl service-watchdogs no
