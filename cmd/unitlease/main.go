@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -22,18 +23,6 @@ import (
 	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/unitctl"
 )
-
-const usage = `usage: unitlease COMMAND [ARGS]
-
-  run [--config FILE]             the daemon (what unitlease.service runs)
-  status [--json] [-w]            this node's units and the cluster's view
-  handoff LEASE|UNIT              stop here, release, and wait for a peer to take over
-  check [--config FILE]           validate configuration, annotations, units and Redis
-  guard UNIT                      ExecStartPre= of managed units: fail unless this node may start UNIT
-  reset [--config FILE] LEASE     replace a lease key holding garbage with a released record
-  clear [--config FILE] LEASE     release a lease whose holder could not stop its units, once they are gone
-  version                         print the version
-`
 
 // socketPath is the daemon's control socket that status, guard and handoff
 // dial; tests point it elsewhere.
@@ -49,22 +38,41 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	cmds := map[string]func([]string, io.Writer, io.Writer) int{
-		"run": cmdRun, "status": cmdStatus, "handoff": cmdHandoff, "check": cmdCheck,
-		"guard": cmdGuard, "reset": cmdReset, "clear": cmdClear, "version": cmdVersion,
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		return cmdHelp(nil, stdout, stderr)
 	}
-	cmd, ok := cmds[args[0]]
+	c, ok := lookup(args[0])
 	if !ok {
 		fmt.Fprintf(stderr, "unitlease: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
-	return cmd(args[1:], stdout, stderr)
+	if wantsHelp(args[1:]) {
+		c.printHelp(stdout)
+		return 0
+	}
+	return c.run(args[1:], stdout, stderr)
+}
+
+func init() {
+	// Set here: the table is read by cmdHelp, which it lists.
+	for i, f := range map[string]func([]string, io.Writer, io.Writer) int{
+		"run": cmdRun, "status": cmdStatus, "handoff": cmdHandoff, "check": cmdCheck,
+		"guard": cmdGuard, "reset": cmdReset, "clear": cmdClear, "version": cmdVersion, "help": cmdHelp,
+	} {
+		c := slices.IndexFunc(commands, func(c command) bool { return c.name == i })
+		commands[c].run = f
+	}
 }
 
 // flags parses a command's flags; a parse error prints to stderr.
 func flags(name string, args []string, stderr io.Writer, define func(*flag.FlagSet)) (*flag.FlagSet, bool) {
 	fs := flag.NewFlagSet("unitlease "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		c, _ := lookup(name)
+		fmt.Fprintln(stderr, c.synopsis())
+		fs.PrintDefaults()
+	}
 	define(fs)
 	return fs, fs.Parse(args) == nil
 }
@@ -123,7 +131,7 @@ func cmdRun(args []string, _, stderr io.Writer) int {
 
 func cmdGuard(args []string, _, stderr io.Writer) int {
 	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: unitlease guard UNIT")
+		fmt.Fprintln(stderr, mustLookup("guard").synopsis())
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -137,7 +145,7 @@ func cmdGuard(args []string, _, stderr io.Writer) int {
 
 func cmdHandoff(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: unitlease handoff LEASE|UNIT")
+		fmt.Fprintln(stderr, mustLookup("handoff").synopsis())
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -157,7 +165,7 @@ func cmdReset(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
 	})
 	if !ok || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: unitlease reset [--config FILE] LEASE")
+		fmt.Fprintln(stderr, mustLookup("reset").synopsis())
 		return 2
 	}
 	if err := unitctl.ValidLeaseName(fs.Arg(0)); err != nil {
@@ -182,7 +190,7 @@ func cmdClear(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
 	})
 	if !ok || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: unitlease clear [--config FILE] LEASE")
+		fmt.Fprintln(stderr, mustLookup("clear").synopsis())
 		return 2
 	}
 	if err := unitctl.ValidLeaseName(fs.Arg(0)); err != nil {
@@ -202,3 +210,11 @@ func cmdClear(args []string, stdout, stderr io.Writer) int {
 }
 
 var errNotGarbage = errors.New("holds a valid record; reset only replaces a value that is not one (use `unitlease handoff` to move a lease)")
+
+func mustLookup(name string) command {
+	c, ok := lookup(name)
+	if !ok {
+		panic("unitlease: no command " + name)
+	}
+	return c
+}

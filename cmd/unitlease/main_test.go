@@ -73,14 +73,14 @@ func TestArgs(t *testing.T) {
 		{name: "status extra argument", args: []string{"status", "web"}, code: 2},
 		{name: "status --json extra argument", args: []string{"status", "--json", "web"}, code: 2},
 		{name: "status unknown flag", args: []string{"status", "--bogus"}, code: 2,
-			stderrHas: []string{"flag provided but not defined: -bogus", "Usage of unitlease status:", "-json"}},
+			stderrHas: []string{"flag provided but not defined: -bogus", "usage: unitlease status [--json] [-w]\n", "-json"}},
 		{name: "guard no unit", args: []string{"guard"}, code: 2, stderr: guardUsage},
 		{name: "guard two units", args: []string{"guard", "a.service", "b.service"}, code: 2, stderr: guardUsage},
 		{name: "handoff no target", args: []string{"handoff"}, code: 2, stderr: handoffUsage},
 		{name: "handoff two targets", args: []string{"handoff", "web", "db"}, code: 2, stderr: handoffUsage},
 		{name: "run stray argument", args: []string{"run", "--config", missing, "extra"}, code: 2},
 		{name: "run unknown flag", args: []string{"run", "--bogus"}, code: 2,
-			stderrHas: []string{"flag provided but not defined: -bogus", "Usage of unitlease run:"}},
+			stderrHas: []string{"flag provided but not defined: -bogus", "usage: unitlease run [--config FILE]\n"}},
 		{name: "reset no lease", args: []string{"reset", "--config", missing}, code: 2, stderr: resetUsage},
 		{name: "reset two leases", args: []string{"reset", "--config", missing, "web", "db"}, code: 2, stderr: resetUsage},
 		{name: "reset a name no lease has", args: []string{"reset", "--config", missing, "web\x1b[2J"}, code: 2,
@@ -88,6 +88,15 @@ func TestArgs(t *testing.T) {
 		{name: "clear an empty name", args: []string{"clear", "--config", missing, ""}, code: 2,
 			stderrHas: []string{`unitlease clear: lease "" is empty`}},
 		{name: "clear no lease", args: []string{"clear", "--config", missing}, code: 2, stderr: clearUsage},
+		{name: "help", args: []string{"help"}, code: 0, stdout: usage},
+		{name: "--help", args: []string{"--help"}, code: 0, stdout: usage},
+		{name: "-h", args: []string{"-h"}, code: 0, stdout: usage},
+		{name: "help handoff", args: []string{"help", "handoff"}, code: 0, stdout: handoffUsage + mustLookup("handoff").help + "\n"},
+		{name: "handoff --help", args: []string{"handoff", "--help"}, code: 0, stdout: handoffUsage + mustLookup("handoff").help + "\n"},
+		{name: "status -h", args: []string{"status", "-h"}, code: 0, stdout: "usage: unitlease status [--json] [-w]\n" + mustLookup("status").help + "\n"},
+		{name: "reset --help after its lease", args: []string{"reset", "web", "--help"}, code: 0, stdout: resetUsage + mustLookup("reset").help + "\n"},
+		{name: "help of nothing", args: []string{"help", "frobnicate"}, code: 2,
+			stderr: "unitlease help: unknown command \"frobnicate\"\n" + usage},
 		{name: "clear two leases", args: []string{"clear", "--config", missing, "web", "db"}, code: 2, stderr: clearUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -328,5 +337,18 @@ func TestNoDaemon(t *testing.T) {
 				t.Errorf("stderr %q, want it to begin %q", stderr, tc.prefix)
 			}
 		})
+	}
+}
+
+// TestEveryCommandAnswersHelp: `unitlease COMMAND --help` and `-h` print
+// the command's synopsis and help on stdout and exit 0, for every command.
+func TestEveryCommandAnswersHelp(t *testing.T) {
+	for _, c := range commands {
+		for _, flag := range []string{"--help", "-h"} {
+			code, stdout, stderr := runCmd(c.name, flag)
+			if code != 0 || !strings.HasPrefix(stdout, c.synopsis()+"\n") || strings.TrimSpace(c.help) == "" || stderr != "" {
+				t.Errorf("unitlease %s %s: exit %d, stdout %q, stderr %q", c.name, flag, code, stdout, stderr)
+			}
+		}
 	}
 }
