@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -172,9 +173,34 @@ func decodeError(path string, err error) error {
 		if errors.As(err, &sm) {
 			msg = "unknown key"
 		}
-		return &Error{File: path, Line: row, Key: strings.Join(de.Key(), "."), Msg: msg}
+		key := strings.Join(de.Key(), ".")
+		if m := wrongType.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("want %s, not a TOML %s", wanted(key, m[2]), m[1])
+		}
+		return &Error{File: path, Line: row, Key: key, Msg: msg}
 	}
 	return &Error{File: path, Msg: err.Error()}
+}
+
+// wrongType is go-toml's message for a value of the wrong type, which
+// names Go's struct types: what it found, and the Go type it wanted.
+var wrongType = regexp.MustCompile(`^cannot decode TOML (\w+) into .* of type (\S+)$`)
+
+// wanted says what a key takes, for a Go type.
+func wanted(key, goType string) string {
+	switch {
+	case strings.HasPrefix(key, "timing.") && goType == "string":
+		return `a duration string such as "5s"`
+	case goType == "string":
+		return "a string in quotes"
+	case goType == "[]string":
+		return `a list of strings such as ["a", "b"]`
+	case goType == "bool":
+		return "true or false"
+	case strings.HasPrefix(goType, "int") || strings.HasPrefix(goType, "uint"):
+		return "an integer"
+	}
+	return "a " + goType
 }
 
 func (c *Config) node(v *string, at func(key, msg string) error) error {
