@@ -2,12 +2,9 @@ package redislease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/unitlease/unitlease/policy"
 )
@@ -35,7 +32,8 @@ func (s *Store) List(ctx context.Context) ([]Entry, error) {
 }
 
 // scan calls f with every key matching pattern, in sorted order, and its
-// value (nil if it went missing meanwhile), reading 500 keys a round trip.
+// value (nil if it went missing meanwhile, an *Odd if readScript reads it
+// so), reading 500 keys a round trip.
 func (s *Store) scan(ctx context.Context, pattern string, f func(key string, v any)) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
@@ -51,8 +49,12 @@ func (s *Store) scan(ctx context.Context, pattern string, f func(key string, v a
 	for len(keys) > 0 {
 		batch := keys[:min(len(keys), 500)]
 		keys = keys[len(batch):]
-		vals, err := s.rdb.MGet(ctx, batch...).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
+		reply, err := readScript.Run(ctx, s.rdb, batch, MaxValue, flag(false)).Slice()
+		if err != nil {
+			return permission(err)
+		}
+		vals, err := readReply(batch, reply)
+		if err != nil {
 			return err
 		}
 		for i, v := range vals {
@@ -64,8 +66,11 @@ func (s *Store) scan(ctx context.Context, pattern string, f func(key string, v a
 
 func (s *Store) entry(key string, v any) Entry {
 	e := Entry{Name: strings.TrimPrefix(key, s.Key(""))}
-	if str, ok := v.(string); ok {
-		e.Record, e.Err = Decode(key, str)
+	switch v := v.(type) {
+	case string:
+		e.Record, e.Err = Decode(key, v)
+	case *Odd:
+		e.Record, e.Err = v.garbage(key)
 	}
 	return e
 }

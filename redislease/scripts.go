@@ -1,6 +1,8 @@
 package redislease
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+)
 
 // The Lua scripts are the only writers of lease keys. Each reads the key,
 // checks ownership and writes in one atomic step. Replies are arrays whose
@@ -26,6 +28,12 @@ import "github.com/redis/go-redis/v9"
 // escaped, and versions are formatted with %d so Lua never writes 1e+15.
 
 // recordLua builds the record for holder, version, token, state, span.
+// getv reads a key as GET does, but never more than MaxValue bytes of it:
+// a key of another type than a string, or a longer string, reads as its
+// marker (Odd.marker: type, length, first 64 bytes), which is never a
+// record, so every script takes it for garbage, and its replies stay
+// small. A string that looks like a marker reads as its own marker, so
+// that no value reads as another's.
 // nowms is the answering server's clock in milliseconds (TIME): the floor
 // of every version an acquisition or a reset writes. Renewals add one to
 // the version, far fewer than one per millisecond, so a tenure's versions
@@ -35,6 +43,17 @@ import "github.com/redis/go-redis/v9"
 // strictly increasing) while the servers' clocks agree within a lease
 // span.
 const recordLua = `
+local function getv(k)
+  local t = redis.call('TYPE', k)['ok']
+  if t == 'none' then return false end
+  if t ~= 'string' then return '\0odd:' .. t .. ':0:' end
+  local n = redis.call('STRLEN', k)
+  local v = n <= ` + maxValueLua + ` and redis.call('GET', k)
+  if not v or string.sub(v, 1, 5) == '\0odd:' then
+    return '\0odd:string:' .. string.format('%d', n) .. ':' .. redis.call('GETRANGE', k, 0, 63)
+  end
+  return v
+end
 local function nowms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -87,7 +106,7 @@ end
 -- (missing, this lease, or a released record); nil and the garbage reply
 -- when it is not a unit record.
 local function live(i, n)
-  local v = redis.call('GET', KEYS[i])
+  local v = getv(KEYS[i])
   if not v then return '' end
   local u = unitrec(v)
   if not u then return nil, {'garbage', v, KEYS[i]} end
@@ -109,7 +128,7 @@ end
 // a rollback lost). The unit keys are claimed: each gets the new record
 // under this lease's name.
 var acquireScript = redis.NewScript(recordLua + `
-local cur = redis.call('GET', KEYS[1])
+local cur = getv(KEYS[1])
 if ARGV[2] == '1' then
   if cur then return {'conflict', cur} end
 elseif not cur then
@@ -133,7 +152,7 @@ if now > version then version = now end
 -- after a data loss, so the caller confirms before it starts.
 local fresh = false
 for i = 2, #KEYS do
-  local v = redis.call('GET', KEYS[i])
+  local v = getv(KEYS[i])
   local other = ''
   if v then
     local u = unitrec(v)
@@ -166,7 +185,7 @@ return {'ok', new}
 // record, its version raised to ARGV[3], or an early reply.
 const ownedLua = `
 local function owned()
-  local cur = redis.call('GET', KEYS[1])
+  local cur = getv(KEYS[1])
   if not cur then return nil, {'missing'} end
   local rec = decode(cur)
   if not rec then return nil, {'garbage', cur} end
@@ -199,7 +218,7 @@ local function checkunits(n, keep)
       if not keep then return nil, {'claimed', KEYS[i], v} end
       skip[i] = true
     elseif keep then
-      local cur = redis.call('GET', KEYS[i])
+      local cur = getv(KEYS[i])
       if cur and unitrec(cur).lease ~= ARGV[n] then skip[i] = true end
     end
   end
@@ -261,7 +280,7 @@ return okreply(new, garbage)
 // reset, which names another holder), and the unit keys that still hold
 // it, under this lease's name, with the same.
 var clearScript = redis.NewScript(recordLua + `
-local cur = redis.call('GET', KEYS[1])
+local cur = getv(KEYS[1])
 if cur ~= ARGV[1] then
   if cur then return {'conflict', cur} end
   return {'conflict'}
@@ -272,7 +291,7 @@ if rec.state ~= 'stop_failed' then return {'conflict', cur} end
 local new = record(rec.holder, rec.version + 1, rec.token, 'released', string.format('%d', rec.lease_span_ms))
 redis.call('SET', KEYS[1], new, 'PX', ARGV[2])
 for i = 2, #KEYS do
-  if redis.call('GET', KEYS[i]) == unitvalue(ARGV[4], cur) then
+  if getv(KEYS[i]) == unitvalue(ARGV[4], cur) then
     redis.call('SET', KEYS[i], unitvalue(ARGV[4], new), 'PX', ARGV[2])
   end
 end
@@ -295,6 +314,9 @@ redis.call('PUBLISH', ARGV[7], new)
 return {'ok', new}
 `
 
+// maxValueLua is MaxValue for the scripts (a test checks they agree).
+const maxValueLua = "65536"
+
 // overwriteOddScript is overwriteScript for an odd value (Odd): KEYS[1]
 // lease key. ARGV: its type and length as "TYPE:LENGTH", a string's first
 // bytes, holder, token, version, ttl ms, events channel. It replaces the
@@ -316,7 +338,7 @@ end
 // (garbage included) with a released record, at the version given or the
 // server's clock in milliseconds, whichever is higher (as acquire).
 var overwriteScript = redis.NewScript(recordLua + `
-local cur = redis.call('GET', KEYS[1])
+local cur = getv(KEYS[1])
 if ARGV[2] == '1' then
   if cur then return {'conflict', cur} end
 elseif cur ~= ARGV[1] then

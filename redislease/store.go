@@ -186,18 +186,29 @@ func (s *Store) ObserveUnits(ctx context.Context, name string, units []string) (
 // another type than a string or a longer string (a value of hundreds of
 // megabytes would outlast every timeout, and hold the daemon's memory).
 func (s *Store) read(ctx context.Context, keys []string) ([]any, string, error) {
+	return s.readProbe(ctx, keys, false)
+}
+
+func (s *Store) readProbe(ctx context.Context, keys []string, probe bool) ([]any, string, error) {
 	cmd, server, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder {
-		return readScript.Eval(ctx, p, keys, MaxValue)
+		return readScript.Eval(ctx, p, keys, MaxValue, flag(probe))
 	})
 	var reply []any
 	if err == nil {
 		reply, err = cmd.(*redis.Cmd).Slice()
 	}
-	if err == nil && len(reply) != len(keys) {
-		err = fmt.Errorf("read %d values for %d keys", len(reply), len(keys))
-	}
 	if err != nil {
 		return nil, "", permission(err)
+	}
+	reply, err = readReply(keys, reply)
+	return reply, server, err
+}
+
+// readReply checks readScript's reply for keys, and turns each odd value
+// into an *Odd.
+func readReply(keys []string, reply []any) ([]any, error) {
+	if len(reply) != len(keys) {
+		return nil, fmt.Errorf("read %d values for %d keys", len(reply), len(keys))
 	}
 	for i, v := range reply {
 		switch v := v.(type) {
@@ -205,21 +216,29 @@ func (s *Store) read(ctx context.Context, keys []string) ([]any, string, error) 
 		case []any:
 			odd, ok := parseOdd(v)
 			if !ok {
-				return nil, "", fmt.Errorf("read %s: unexpected reply %v", keys[i], v)
+				return nil, fmt.Errorf("read %s: unexpected reply %v", keys[i], v)
 			}
 			reply[i] = odd
 		default:
-			return nil, "", fmt.Errorf("read %s: unexpected reply %v", keys[i], v)
+			return nil, fmt.Errorf("read %s: unexpected reply %v", keys[i], v)
 		}
 	}
-	return reply, server, nil
+	return reply, nil
 }
 
 // readScript reads KEYS (a lease key, then its unit keys): for each its
 // value, nil (false) when it is missing, or {type, length, first 64
-// bytes} when it holds another type than a string or a string longer than
-// ARGV[1] bytes.
+// bytes} when it holds another type than a string, a string longer than
+// ARGV[1] bytes, or one that begins as a marker does (the scripts' getv
+// reads the same). ARGV[2] "1" probes the ACL (Ping).
 var readScript = redis.NewScript(`
+if ARGV[2] == '1' then
+  -- Ping's probe: every command an observation may need, on a key no
+  -- lease has, so that a user who may not run one is told at once.
+  redis.call('STRLEN', KEYS[1])
+  redis.call('GETRANGE', KEYS[1], 0, 0)
+  redis.call('TIME')
+end
 local out = {}
 for i, k in ipairs(KEYS) do
   local t = redis.call('TYPE', k)['ok']
@@ -229,10 +248,11 @@ for i, k in ipairs(KEYS) do
     out[i] = {t, 0, ''}
   else
     local n = redis.call('STRLEN', k)
-    if n > tonumber(ARGV[1]) then
+    local v = n <= tonumber(ARGV[1]) and redis.call('GET', k)
+    if not v or string.sub(v, 1, 5) == '\0odd:' then
       out[i] = {t, n, redis.call('GETRANGE', k, 0, 63)}
     else
-      out[i] = redis.call('GET', k)
+      out[i] = v
     end
   end
 end
@@ -683,7 +703,7 @@ func newToken() (string, error) {
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	_, _, err := s.read(ctx, []string{s.prefix + "lease:"})
+	_, _, err := s.readProbe(ctx, []string{s.prefix + "lease:"}, true)
 	return err
 }
 

@@ -611,3 +611,9 @@ func TestWakeupsEndWithTheirContext(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+func TestMaxValueLua(t *testing.T) {
+	if maxValueLua != strconv.Itoa(MaxValue) {
+		t.Fatalf("the scripts read up to %s bytes, Go up to %d", maxValueLua, MaxValue)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/daemon"
 	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
 
@@ -41,6 +42,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		return cmdHelp(nil, stdout, stderr)
 	}
+	// go-redis's own messages ("failed to dial after 5 attempts") would
+	// reach the terminal beside what the command reports of the same
+	// failure; run sends them to its journal instead.
+	redislease.LogTo(slog.New(slog.DiscardHandler))
 	c, ok := lookup(args[0])
 	if !ok {
 		fmt.Fprintf(stderr, "unitlease: unknown command %q\n%s", args[0], usage)

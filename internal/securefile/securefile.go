@@ -50,14 +50,15 @@ func Read(path string, secret bool) ([]byte, error) {
 	case perm&0o022 != 0:
 		return nil, fmt.Errorf("%s: mode %04o lets group or others change it; chmod go-w %s", path, perm, path)
 	}
-	if err := Trusted(path); err != nil {
+	walked, err := resolve(path)
+	if err != nil {
 		return nil, err
 	}
-	// Where the opened file is, in case the path moved under the walk.
-	if real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err == nil && filepath.IsAbs(real) {
-		if err := Trusted(real); err != nil {
-			return nil, err
-		}
+	// The walk must have reached the file that was opened: the same
+	// inode (a path that changed between the open and the walk is
+	// refused, not guessed at).
+	if ws, err := os.Stat(walked); err != nil || !os.SameFile(ws, st) {
+		return nil, fmt.Errorf("%s: changed while it was read; try again", path)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
@@ -78,55 +79,82 @@ const maxLinks = 40
 // owned by root and not writable by group or others (a sticky directory,
 // such as /tmp, may be: there only an entry's owner may replace it), and
 // every symlink it follows is root's, the directories of its target
-// checked the same way.
+// checked the same way. The path is resolved as the kernel does: a ".."
+// goes up from the directory a symlink led to, not from the symlink.
 func Trusted(path string) error {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return err
+	_, err := resolve(path)
+	return err
+}
+
+// resolve walks path, checking it as Trusted says, and returns the path
+// it resolves to.
+func resolve(path string) (string, error) {
+	abs := path
+	if !filepath.IsAbs(abs) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", err
+		}
+		abs = wd + "/" + abs // not Join: that would take a ".." lexically
 	}
 	links := 0
 	return walk(path, abs, &links)
 }
 
-func walk(path, p string, links *int) error {
-	parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
-	cur := "/"
+func walk(path, p string, links *int) (string, error) {
+	parts := strings.Split(p, "/")
+	cur := "/" // resolved: no symlink in it
 	if err := dir(path, cur); err != nil {
-		return err
+		return "", err
 	}
 	for i, part := range parts {
-		if part == "" {
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur) // cur is resolved: its parent is the kernel's
 			continue
 		}
 		next := filepath.Join(cur, part)
 		st, err := os.Lstat(next)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if st.Mode()&os.ModeSymlink != 0 {
 			if err := owned(path, next, st, "symlink"); err != nil {
-				return err
+				return "", err
 			}
 			if *links++; *links > maxLinks {
-				return fmt.Errorf("%s: more than %d symlinks", path, maxLinks)
+				return "", fmt.Errorf("%s: more than %d symlinks", path, maxLinks)
 			}
 			target, err := os.Readlink(next)
 			if err != nil {
-				return err
+				return "", err
 			}
 			if !filepath.IsAbs(target) {
-				target = filepath.Join(cur, target)
+				target = cur + "/" + target
 			}
-			return walk(path, filepath.Join(append([]string{target}, parts[i+1:]...)...), links)
+			return walk(path, target+"/"+strings.Join(parts[i+1:], "/"), links)
 		}
-		if i < len(parts)-1 {
-			if err := dir(path, next); err != nil {
-				return err
-			}
+		if last(parts[i+1:]) {
+			return next, nil
+		}
+		if err := dir(path, next); err != nil {
+			return "", err
 		}
 		cur = next
 	}
-	return nil
+	return cur, nil
+}
+
+// last reports whether rest names nothing more (empty parts and "." only).
+func last(rest []string) bool {
+	for _, p := range rest {
+		if p != "" && p != "." {
+			return false
+		}
+	}
+	return true
 }
 
 // dir checks one directory path passes through.

@@ -97,10 +97,13 @@ func (s *Supervisor) reportGarbage(err error) {
 		s.logger().Warn("observing the lease failed: "+err.Error(), "UNITLEASE_EVENT", "observe_failed")
 		return
 	}
-	if g.Value == s.garbage {
+	// Once per message: key, reason and value (a key of another type
+	// than a string has no value, but a reason that says which).
+	msg := g.Error()
+	if msg == s.garbage {
 		return
 	}
-	s.garbage = g.Value
+	s.garbage = msg
 	s.logger().Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
 }
 

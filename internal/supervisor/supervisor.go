@@ -107,7 +107,7 @@ type Supervisor struct {
 	due        atomic.Int64                // 1 + the Instant of the next wake-up, or 0 for none
 	stopping   atomic.Pointer[pendingStop] // a stop due by a deadline that systemd does not have yet
 	status     atomic.Pointer[Status]
-	garbage    string // the last garbage value reported, to report each once
+	garbage    string // the last garbage reported (its message), to report each once
 	elsewhere  string // the unit and other lease last reported as holding it, or ""
 }
 
