@@ -142,6 +142,16 @@ func (t Timing) confirmWait() time.Duration {
 	return aboveScaled(t.observeGap(), 0)
 }
 
+// ConfirmWait is how long a node that acquired over a missing key (a
+// cold start, a Redis that lost its data) holds the lease before it
+// starts the units.
+func (t Timing) ConfirmWait() time.Duration { return t.confirmWait() }
+
+// Backoff is how long a node that gave a lease up (a handoff, a failed
+// unit, a renewal deadline) leaves it to its peers before it competes
+// for it again.
+func (t Timing) Backoff() time.Duration { return t.backoff() }
+
 // backoff is how long a node that released the lease leaves it to a peer:
 // a peer polls at least every poll_max, and a lease span keeps a unit that
 // fails everywhere from moving back and forth faster than that.

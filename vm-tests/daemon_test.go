@@ -404,3 +404,22 @@ func TestDaemonHandoffRefusesAfterReloadsWhenThePeerIsGone(t *testing.T) {
 	}
 	d.noViolations()
 }
+
+// TestCheckWhileTheDaemonIsStopped: systemd reports WatchdogUSec=infinity
+// for a stopped service, whatever its file says. check, run before the
+// daemon's first start (or while it is stopped), says so and assumes the
+// packaged watchdog; before, it failed with "WatchdogSec
+// 2562047h47m16.854775807s ... run refuses to start" and went no further.
+func TestCheckWhileTheDaemonIsStopped(t *testing.T) {
+	d := deploy(t)
+	leader, standby := d.leader(60 * time.Second)
+	run(t, standby, "systemctl", "stop", "unitlease.service")
+	out, stderr, _ := standby.Run(t.Context(), "unitlease", "check")
+	if !strings.Contains(out, "warning  unitlease.service is inactive, and systemd reports a watchdog only while it runs") ||
+		strings.Contains(out, "2562047h") || !strings.Contains(out, "redis ") || stderr != "" {
+		t.Fatalf("check with the daemon stopped:\n%s\nstderr:\n%s", out, stderr)
+	}
+	if got := active(t, leader, "demo.service"); got != "active" {
+		t.Fatalf("demo.service on the leader is %s", got)
+	}
+}

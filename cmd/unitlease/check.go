@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,6 +44,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	t := cfg.Timing
 	c.ok("lease span %v (safe minimum %v = retry %v + renew_deadline %v + stop_wait %v + margin %v: allowance %v and clock drift)",
 		t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin(), t.Allowance)
+	c.timeline(cfg)
 	c.sandbox(cfg)
 	c.redis(ctx, cfg)
 	c.units(ctx, cfg)
@@ -292,6 +294,15 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 		return true
 	}
 	defer sd.Close()
+	// systemd reports the watchdog of a service that runs: a stopped
+	// unitlease.service has WatchdogUSec=infinity whatever its file says.
+	if loaded, err := sd.Watchdog(ctx, unit); err == nil && loaded == math.MaxInt64 {
+		if st, err := sd.ActiveState(ctx, unit); err == nil && !activeStates[st] {
+			c.warn("%s is %s, and systemd reports a watchdog only while it runs: the lease span below assumes the packaged WatchdogSec=2s (allowance %v); run checks the real one when it starts, and check does once it runs",
+				unit, st, cfg.Timing.Allowance)
+			return true
+		}
+	}
 	w, err := daemon.UnitWatchdog(ctx, sd, unit, 0)
 	if err == nil {
 		err = cfg.SetAllowance(w.Allowance)
@@ -377,4 +388,17 @@ func resetGarbage(cfg *config.Config, lease string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "lease %s: now released at version %d; %s\n", lease, rec.Version, after)
 	return nil
+}
+
+// timeline prints how long each move of a lease takes with this timing.
+func (c *checker) timeline(cfg *config.Config) {
+	t := cfg.Timing
+	c.ok("failover after a crash, a power cut or a node cut off from Redis: within lease span %v + 2 x poll_max %v = %v, then the unit's start (a standby takes the lease once it has seen the holder's last record unchanged for a lease span; it sees that record, and then the span's end, each up to a poll late)",
+		t.LeaseSpan, t.PollMax, t.LeaseSpan+2*t.PollMax)
+	c.ok("failover after a release (unitlease handoff, systemctl stop unitlease): at once, then the unit's start, when a peer watches and is not backing off; within poll_max %v if its wake-up is lost",
+		t.PollMax)
+	c.ok("confirm wait %v: a node that acquires a lease whose key was missing (a cold start, a Redis that lost its data) holds it that long before it starts the unit",
+		t.ConfirmWait())
+	c.ok("backoff %v (lease span + poll_max): a node that gave a lease up (a handoff, a failed unit, a missed renewal) leaves it to its peers that long",
+		t.Backoff())
 }

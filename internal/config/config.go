@@ -10,8 +10,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,6 +67,7 @@ type file struct {
 	Node   *string `toml:"node"`
 	Redis  Redis   `toml:"redis"`
 	Timing struct {
+		Profile       *string `toml:"profile"`
 		Retry         *string `toml:"retry"`
 		RenewDeadline *string `toml:"renew_deadline"`
 		StopWait      *string `toml:"stop_wait"`
@@ -241,8 +244,37 @@ func (c *Config) redisDefaults(at func(key, msg string) error) error {
 	return nil
 }
 
+// Profiles are the named timings [timing] profile takes; keys set beside
+// it override its values. Both work with the packaged unitlease.service's
+// watchdog (allowance 4.167 s).
+var Profiles = map[string]policy.Timing{
+	// The daemon's defaults: lease span 39.246 s, for a Redis and nodes
+	// anywhere, a loaded machine included.
+	"default": policy.DefaultTiming(),
+	// Seconds: lease span 9.186 s, a crash fails over within about
+	// 10.2 s and the unit's start. Redis must answer within 500 ms.
+	"quick": {
+		Retry: time.Second, RenewDeadline: 2 * time.Second, StopWait: 2 * time.Second,
+		ReplyMax: 500 * time.Millisecond, PollMin: 500 * time.Millisecond, PollMax: time.Second,
+		Allowance: policy.DefaultAllowance,
+	},
+}
+
+// ProfileNames lists the profiles, sorted.
+func ProfileNames() []string {
+	names := slices.Collect(maps.Keys(Profiles))
+	slices.Sort(names)
+	return names
+}
+
 func (c *Config) timing(f file, at func(key, msg string) error) error {
 	t := policy.DefaultTiming()
+	if p := f.Timing.Profile; p != nil {
+		var ok bool
+		if t, ok = Profiles[*p]; !ok {
+			return at("timing.profile", fmt.Sprintf("%q is not a profile: %s", *p, strings.Join(ProfileNames(), " or ")))
+		}
+	}
 	for _, k := range []struct {
 		key string
 		raw *string

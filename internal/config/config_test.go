@@ -59,6 +59,8 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		doc, want string
 	}{
 		{"node = \"a\"\n[timing]\nretri = \"5s\"\n", "u.toml:3: timing.retri: unknown key"},
+		{"[timing]\nprofile = \"fast\"\n", `u.toml:2: timing.profile: "fast" is not a profile: default or quick`},
+		{"[timing]\nprofile = \"quick\"\nreply_max = \"1s\"\n", "u.toml:3: timing.reply_max: reply_max 1s must be below retry 1s"},
 		{"[redis]\nurl = \"redis://x\"\nbogus = 1\n", "u.toml:3: redis.bogus: unknown key"},
 		{"[timing]\n\nretry = \"5x\"\n", `u.toml:3: timing.retry: "5x" is not a duration`},
 		{"[timing]\nretry = 5\n", `u.toml:2: timing.retry: want a duration string such as "5s", not a TOML integer`},
@@ -207,6 +209,28 @@ func TestNoSecretInTheConfigError(t *testing.T) {
 		plain := strings.ReplaceAll(pw, `\\`, `\`)
 		if strings.Contains(err.Error(), plain) || strings.Contains(err.Error(), "user:") {
 			t.Errorf("%q: %v shows the password", doc, err)
+		}
+	}
+}
+
+// TestProfiles: a named profile gives every timing key at once, with the
+// lease span the README states; a key beside it overrides it.
+func TestProfiles(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		span time.Duration
+		poll time.Duration
+	}{
+		{"[timing]\nprofile = \"default\"\n", 39246 * time.Millisecond, 11 * time.Second},
+		{"[timing]\nprofile = \"quick\"\n", 9186 * time.Millisecond, time.Second},
+		{"[timing]\nprofile = \"quick\"\npoll_max = \"2s\"\n", 9186 * time.Millisecond, 2 * time.Second},
+	} {
+		cfg, err := Parse("u.toml", []byte("node = \"n1\"\n"+c.doc))
+		if err != nil {
+			t.Fatalf("%q: %v", c.doc, err)
+		}
+		if cfg.Timing.LeaseSpan != c.span || cfg.Timing.PollMax != c.poll {
+			t.Errorf("%q: lease span %v, poll_max %v; want %v, %v", c.doc, cfg.Timing.LeaseSpan, cfg.Timing.PollMax, c.span, c.poll)
 		}
 	}
 }

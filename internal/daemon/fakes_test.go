@@ -163,7 +163,11 @@ func (f *fakeSystemd) ActiveState(_ context.Context, unit string) (string, error
 	return "inactive", nil
 }
 
+// State fails on an ended ctx, as a D-Bus call does.
 func (f *fakeSystemd) State(ctx context.Context, unit string) (unitctl.UnitState, error) {
+	if err := ctx.Err(); err != nil {
+		return unitctl.UnitState{}, err
+	}
 	st, err := f.ActiveState(ctx, unit)
 	f.mu.Lock()
 	defer f.mu.Unlock()

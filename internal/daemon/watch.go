@@ -36,7 +36,7 @@ func (d *Daemon) rewatch(ctx context.Context) {
 	}
 	d.mu.Unlock()
 	go d.wakeups(wctx, leases)
-	go d.watchUnits(wctx, units)
+	go d.watchUnits(wctx, ctx, units)
 }
 
 // wakeups nudges a supervisor whenever its lease is released or acquired
@@ -55,7 +55,11 @@ func (d *Daemon) wakeups(ctx context.Context, leases []string) {
 // events: a failure or a stop behind the daemon's back while it runs the
 // unit is unit_failed; a start behind its back on a node that does not
 // hold the lease is stopped at once.
-func (d *Daemon) watchUnits(ctx context.Context, units []string) {
+//
+// ctx ends when the set of units changes (a reload) or the daemon stops;
+// daemon when the daemon stops (SIGTERM), and news then goes to
+// supervisors on daemon.
+func (d *Daemon) watchUnits(ctx, daemon context.Context, units []string) {
 	for ev := range d.sd.Watch(ctx, units, unitPoll(len(units))) {
 		s := d.supervisorOf(ev.Unit)
 		if s == nil {
@@ -63,20 +67,25 @@ func (d *Daemon) watchUnits(ctx context.Context, units []string) {
 		}
 		switch ev.Kind {
 		case unitctl.StoppedBehind:
-			if d.daemonStopping(ctx) {
-				// systemd stops the bound units before it signals the
-				// daemon: a planned stop, handed off as such.
-				s.Handoff(ctx)
+			if daemon.Err() != nil {
+				// A SIGTERM: Shutdown hands every lease off, this
+				// one included.
 				continue
 			}
-			s.UnitFailed(ctx)
+			if d.daemonStopping(daemon) {
+				// systemd stops the bound units before it signals the
+				// daemon: a planned stop, handed off as such.
+				s.Handoff(daemon)
+				continue
+			}
+			s.UnitFailed(daemon)
 		case unitctl.Failed:
-			s.UnitFailed(ctx)
+			s.UnitFailed(daemon)
 		case unitctl.StartedBehind:
 			// Activating: the guard is deciding (and refuses a
 			// non-holder); only a unit that got past it is stopped here.
 			if ev.State.Running() {
-				s.StartedBehind(ctx, ev.Unit)
+				s.StartedBehind(daemon, ev.Unit)
 			}
 		}
 	}
@@ -88,6 +97,10 @@ func (d *Daemon) watchUnits(ctx context.Context, units []string) {
 // after it), so while they stop the daemon is still active, its job
 // waiting: a clean `systemctl stop unitlease` or a package upgrade.
 func (d *Daemon) daemonStopping(ctx context.Context) bool {
+	// Not on ctx alone: a SIGTERM that arrives meanwhile ends it, and a
+	// read that fails would call a planned stop a failure.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	st, err := d.sd.State(ctx, d.daemonUnit())
 	return err == nil && (st.ActiveState == "deactivating" || st.JobType == "stop" || st.JobType == "restart")
 }
