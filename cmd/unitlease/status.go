@@ -46,6 +46,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 			printStatus(stdout, snap)
 		}
 		if !watch {
+			if len(snap.Problems) > 0 {
+				return 1 // a unit is refused or misannotated: the rows say why
+			}
 			return 0
 		}
 		time.Sleep(time.Second)
@@ -67,18 +70,38 @@ func printStatus(w io.Writer, s control.Snapshot) {
 		shown(s.Node), s.Timing.LeaseSpan, s.Timing.Retry, s.Timing.RenewDeadline, s.Timing.StopWait)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LEASE\tUNIT\tNODE\tROLE\tHOLDER\tVERSION\tLEASE AGE\tDEADLINE LEFT\tUNIT STATE\tREASON")
+	problem := map[string]string{} // by unit
+	for _, p := range s.Problems {
+		problem[p.Unit] = p.Msg
+	}
+	managed := map[string]bool{}
 	for _, l := range s.Leases {
 		for i, u := range l.Units {
+			managed[u] = true
 			state := "?"
 			if i < len(l.UnitStates) {
 				state = l.UnitStates[i]
 			}
+			reason := dash(l.Reason)
+			if p, ok := problem[u]; ok {
+				reason += ": " + p
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shown(l.Lease), shown(u), shown(l.Node), shown(l.Role),
-				shown(dash(l.Holder)), version(l.Version), round(l.LeaseAge), deadline(l), shown(state), shown(dash(l.Reason)))
+				shown(dash(l.Holder)), version(l.Version), age(l), deadline(l), shown(state), shown(dash(reason)))
 		}
 	}
-	if len(s.Leases) == 0 {
-		fmt.Fprintln(tw, "(no annotated units on this node)")
+	for _, p := range s.Problems {
+		if managed[p.Unit] {
+			continue
+		}
+		role := "refused"
+		if p.Kind == "annotation" {
+			role = "invalid"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t%s\n", shown(dash(p.Lease)), shown(p.Unit), shown(s.Node), role, shown(dash(p.Msg)))
+	}
+	if len(s.Leases) == 0 && len(s.Problems) == 0 {
+		fmt.Fprintln(tw, "(no annotated units on this node: add an [X-UnitLease] section to a unit, then systemctl daemon-reload)")
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nCluster (Redis):")
@@ -86,6 +109,9 @@ func printStatus(w io.Writer, s control.Snapshot) {
 	fmt.Fprintln(tw, "LEASE\tSTATE\tHOLDER\tVERSION\tWATCHERS")
 	for _, c := range s.Cluster {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", shown(c.Lease), shown(c.State), shown(dash(c.Holder)), version(c.Version), c.Watchers)
+	}
+	if len(s.Cluster) == 0 {
+		fmt.Fprintln(tw, "(no lease in Redis yet: a node writes a lease's key when it first acquires it)")
 	}
 	tw.Flush()
 	for _, e := range s.Errors {
@@ -107,6 +133,15 @@ func shown(s string) string {
 		}
 	}
 	return s
+}
+
+// age is the lease age, "-" while nothing was observed (a standby that
+// has not read the record yet, a node that holds nothing).
+func age(l control.LeaseStatus) string {
+	if l.LeaseAge == 0 {
+		return "-"
+	}
+	return round(l.LeaseAge)
 }
 
 func deadline(l control.LeaseStatus) string {

@@ -85,13 +85,44 @@ func TestPrintStatus(t *testing.T) {
 func TestPrintStatusNoLeases(t *testing.T) {
 	const want = `Node node-b (lease span 0s, retry 0s, renew deadline 0s, stop wait 0s)
 LEASE  UNIT  NODE  ROLE  HOLDER  VERSION  LEASE AGE  DEADLINE LEFT  UNIT STATE  REASON
-(no annotated units on this node)
+(no annotated units on this node: add an [X-UnitLease] section to a unit, then systemctl daemon-reload)
 
 Cluster (Redis):
 LEASE  STATE  HOLDER  VERSION  WATCHERS
+(no lease in Redis yet: a node writes a lease's key when it first acquires it)
 `
 	var b bytes.Buffer
 	printStatus(&b, control.Snapshot{Node: "node-b"})
+	if got := b.String(); got != want {
+		t.Errorf("printStatus:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestPrintStatusProblems: units refused or misannotated are rows with the
+// reason (before, "no annotated units" and the reason only on stderr); a
+// refused unit of a lease still managed here adds its reason to the
+// lease's row; a lease age is "-" until something was observed.
+func TestPrintStatusProblems(t *testing.T) {
+	const want = `Node node-b (lease span 0s, retry 0s, renew deadline 0s, stop wait 0s)
+LEASE  UNIT          NODE    ROLE     HOLDER  VERSION  LEASE AGE  DEADLINE LEFT  UNIT STATE  REASON
+web    web.service   node-b  standby  -       -        -          -              inactive    stopped (ineligible): unitctl: unit refused for management: web.service: enabled
+db     db.service    node-b  refused  -       -        -          -              -           unitctl: unit refused for management: db.service: KillMode=process
+-      typo.service  node-b  invalid  -       -        -          -              -           /etc/systemd/system/typo.service:9: [X-UnitLease] of typo.service: Lease: empty
+
+Cluster (Redis):
+LEASE  STATE  HOLDER  VERSION  WATCHERS
+(no lease in Redis yet: a node writes a lease's key when it first acquires it)
+`
+	snap := control.Snapshot{Node: "node-b",
+		Leases: []control.LeaseStatus{{Lease: "web", Units: []string{"web.service"}, Node: "node-b", Role: "standby",
+			UnitStates: []string{"inactive"}, Reason: "stopped (ineligible)"}},
+		Problems: []control.UnitProblem{
+			{Unit: "web.service", Lease: "web", Kind: "refused", Msg: "unitctl: unit refused for management: web.service: enabled"},
+			{Unit: "db.service", Lease: "db", Kind: "refused", Msg: "unitctl: unit refused for management: db.service: KillMode=process"},
+			{Unit: "typo.service", Kind: "annotation", Msg: "/etc/systemd/system/typo.service:9: [X-UnitLease] of typo.service: Lease: empty"},
+		}}
+	var b bytes.Buffer
+	printStatus(&b, snap)
 	if got := b.String(); got != want {
 		t.Errorf("printStatus:\n%s\nwant:\n%s", got, want)
 	}

@@ -35,6 +35,18 @@ type Snapshot struct {
 	Cluster []ClusterRow  `json:"cluster"`
 	Errors  []string      `json:"errors,omitempty"` // config errors, Redis trouble
 	Timing  TimingSummary `json:"timing"`
+	// Problems are the units this node refused or could not read the
+	// annotation of, with the reason: not managed here (or, for a unit of
+	// a lease it manages, that lease is ineligible here).
+	Problems []UnitProblem `json:"problems,omitempty"`
+}
+
+// UnitProblem is a unit the daemon refused or could not read.
+type UnitProblem struct {
+	Unit  string `json:"unit"`
+	Lease string `json:"lease,omitempty"` // "" when the annotation could not be read
+	Kind  string `json:"kind"`            // refused, annotation, drop-in
+	Msg   string `json:"msg"`
 }
 
 // LeaseStatus is one lease on this node: its supervisor's state and its

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/unitlease/unitlease/internal/config"
+	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/redislease"
@@ -77,9 +78,10 @@ type Daemon struct {
 	// ended are supervisors no longer in sups whose stop, due by a
 	// deadline, systemd did not have yet when they ended: the watchdog
 	// keeps reading them until it does.
-	ended    []*supervisor.Supervisor
-	problems []string           // config errors of the last discovery
-	watchers context.CancelFunc // the wake-up and unit watches of the current set
+	ended        []*supervisor.Supervisor
+	problems     []string              // config errors of the last discovery
+	unitProblems []control.UnitProblem // units refused or misannotated at the last reload
+	watchers     context.CancelFunc    // the wake-up and unit watches of the current set
 
 	lastStatus  string // the last STATUS= sent by the watchdog loop
 	lastOverdue bool   // the watchdog's last tick found a loop overdue

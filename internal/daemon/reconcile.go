@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/policy"
@@ -21,7 +22,7 @@ import (
 // unmanaged. Bad annotations and refused units are logged as config_error
 // and left unmanaged; the rest keep working.
 func (d *Daemon) Reload(ctx context.Context) {
-	found, problems, complete := d.discover(ctx)
+	found, problems, unitProblems, complete := d.discover(ctx)
 	if !complete || ctx.Err() != nil {
 		// Units could not be listed (or the daemon is stopping): an empty
 		// answer is not "nothing is annotated". Keep what runs.
@@ -30,6 +31,7 @@ func (d *Daemon) Reload(ctx context.Context) {
 	}
 	d.mu.Lock()
 	d.problems = problems
+	d.unitProblems = unitProblems
 	current := map[string][]string{}
 	for lease, r := range d.sups {
 		current[lease] = r.sup.Units
@@ -99,12 +101,15 @@ func reconcile(current, found map[string][]string) (remove, add []string) {
 
 // discover returns the units to manage, grouped by lease, and logs every
 // problem. complete is false when systemd could not list units at all.
-func (d *Daemon) discover(ctx context.Context) (groups map[string][]string, problems []string, complete bool) {
+func (d *Daemon) discover(ctx context.Context) (groups map[string][]string, problems []string, units []control.UnitProblem, complete bool) {
 	anns, errs := d.sd.Discover(ctx)
 	complete = len(anns) > 0 || len(errs) == 0
 	for _, err := range errs {
 		var ae *unitctl.AnnotationError
-		complete = complete || errors.As(err, &ae)
+		if errors.As(err, &ae) {
+			complete = true
+			units = append(units, control.UnitProblem{Unit: ae.Unit, Kind: "annotation", Msg: err.Error()})
+		}
 		problems = append(problems, d.configError(err, ""))
 	}
 	groups = map[string][]string{}
@@ -115,7 +120,7 @@ func (d *Daemon) discover(ctx context.Context) (groups map[string][]string, prob
 		slices.Sort(units)
 		groups[lease] = units
 	}
-	return groups, problems, complete
+	return groups, problems, units, complete
 }
 
 func (d *Daemon) configError(err error, unit string) string {
@@ -138,6 +143,7 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 			p, err := d.sd.Validate(ctx, u, d.ucfg)
 			if err != nil {
 				d.problem(d.configError(err, u))
+				d.unitProblem(u, lease, err)
 				refused[lease] = true
 				continue
 			}
@@ -160,6 +166,7 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 		for lease, units := range groups {
 			if slices.Contains(units, u) {
 				refused[lease] = true
+				d.unitProblem(u, lease, err)
 			}
 		}
 	}
@@ -195,6 +202,7 @@ func (d *Daemon) reverify(ctx context.Context, found map[string][]string, change
 			switch {
 			case errors.Is(err, unitctl.ErrRefused):
 				d.problem(d.configError(err, u))
+				d.unitProblem(u, lease, err)
 				bad[lease] = true
 			case err != nil:
 				d.problem(d.configError(err, u))
@@ -215,6 +223,7 @@ func (d *Daemon) reverify(ctx context.Context, found map[string][]string, change
 		for u, err := range failed {
 			d.problem(d.configError(err, u))
 			if errors.Is(err, unitctl.ErrDropIn) {
+				d.unitProblem(u, leaseOf[u], err)
 				bad[leaseOf[u]] = true
 			} else {
 				unknown[leaseOf[u]] = true
@@ -242,6 +251,21 @@ func ended(s *supervisor.Supervisor) bool {
 	default:
 		return false
 	}
+}
+
+// unitProblem records a unit refused, or whose drop-in is defeated, for
+// status.
+func (d *Daemon) unitProblem(unit, lease string, err error) {
+	kind := "error"
+	switch {
+	case errors.Is(err, unitctl.ErrRefused):
+		kind = "refused"
+	case errors.Is(err, unitctl.ErrDropIn):
+		kind = "drop-in"
+	}
+	d.mu.Lock()
+	d.unitProblems = append(d.unitProblems, control.UnitProblem{Unit: unit, Lease: lease, Kind: kind, Msg: err.Error()})
+	d.mu.Unlock()
 }
 
 func (d *Daemon) problem(p string) {

@@ -18,6 +18,7 @@ func (d *Daemon) Snapshot(ctx context.Context) control.Snapshot {
 	}
 	d.mu.Lock()
 	snap.Errors = slices.Clone(d.problems)
+	snap.Problems = slices.Clone(d.unitProblems)
 	d.mu.Unlock()
 	rows, err := ClusterView(ctx, d.store)
 	if err != nil {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -110,4 +111,38 @@ func TestDaemonStoppingReadsPastASIGTERM(t *testing.T) {
 	if !d.daemonStopping(ctx) {
 		t.Fatal("with a stop job queued for unitlease.service and the context ended, daemonStopping is false")
 	}
+}
+
+// TestSnapshotNamesRefusedUnits: status shows every unit the daemon
+// refused, with its lease and the reason, at the reload that refused it:
+// one never managed, and one of a lease it manages that became
+// refusable (systemctl enable, an override) and is ineligible now.
+func TestSnapshotNamesRefusedUnits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sd := newFakeSystemd(map[string]string{"web.service": "a", "db.service": "b"})
+		sd.refused["db.service"] = true
+		d, _ := testDaemon(t, sd, newMemStore())
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		d.Reload(ctx)
+		synctest.Wait()
+		units := func() []string {
+			var out []string
+			for _, p := range d.Snapshot(ctx).Problems {
+				out = append(out, p.Kind+" "+p.Unit+" "+p.Lease)
+			}
+			return out
+		}
+		if got := units(); !slices.Equal(got, []string{"refused db.service b"}) {
+			t.Errorf("problems after the first reload: %v", got)
+		}
+		sd.set(func(f *fakeSystemd) { f.refused["web.service"] = true })
+		d.Reload(ctx)
+		synctest.Wait()
+		if got := units(); !slices.Equal(got, []string{"refused db.service b", "refused web.service a"}) {
+			t.Errorf("problems after web.service became refusable: %v", got)
+		}
+		cancel()
+		d.Shutdown(context.WithoutCancel(ctx))
+	})
 }
