@@ -46,9 +46,6 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 			printStatus(stdout, snap)
 		}
 		if !watch {
-			if len(snap.Problems) > 0 {
-				return 1 // a unit is refused or misannotated: the rows say why
-			}
 			return 0
 		}
 		time.Sleep(time.Second)
