@@ -47,7 +47,7 @@ func (a Action) String() string {
 	return a.Kind.String()
 }
 
-// Journal is the DESIGN.md journal event (UNITLEASE_EVENT) a step stands
+// Journal is the journal event (UNITLEASE_EVENT) a step stands
 // for, or "" for a step that is not one.
 type Journal string
 

@@ -11,7 +11,7 @@ import (
 // safety property and fails while the hole is open (the Sentinel
 // inequality must bound the old master's writes after a promotion).
 
-// TestBreakSplitBrainWithinTheDesignBound: DESIGN.md rule 8 asks the old
+// TestBreakSplitBrainWithinTheDesignBound: rule 8 asks the old
 // master to stop accepting writes "before failover detection plus a lease
 // span could let a standby acquire". Too late by a leader bound: a standby
 // ages the new master's copy from its first answer (the promotion, at the

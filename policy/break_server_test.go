@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Attacks on DESIGN.md rule 8 (the server identity, Record.Server) at the
+// Attacks on rule 8 (the server identity, Record.Server) at the
 // policy level. The probes in this file pass; the scenarios that get
 // through are in break_server_open_test.go (build tag breaks).
 

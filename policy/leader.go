@@ -1,6 +1,6 @@
 package policy
 
-// The leader: Reply, BeginRenew, Renew and Cancel (DESIGN.md rules 1 and 2),
+// The leader: Reply, BeginRenew, Renew and Cancel (rules 1 and 2),
 // and the unit's start.
 
 // leading reports whether the renew deadline binds: the node holds the

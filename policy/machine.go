@@ -46,7 +46,7 @@ type Config struct {
 // never releases; a partition that also stops those renewals lets a peer
 // start. Clocks that drift more than DriftPPM, a daemon that acts on a
 // deadline more than SchedulingDelay late, and a store that loses an
-// acknowledged write other than by dropping the key (DESIGN.md rule 7)
+// acknowledged write other than by dropping the key (rule 7)
 // are outside the bound too.
 type Machine struct {
 	t     Timing

@@ -2,7 +2,7 @@ package policy
 
 import "time"
 
-// The standby: Observe and Defer, then Acquire (DESIGN.md rules 3 and 4).
+// The standby: Observe and Defer, then Acquire (rules 3 and 4).
 
 func (m *Machine) observing() bool { return m.state == Standby || m.state == Backoff }
 
@@ -62,7 +62,7 @@ func (m *Machine) see(r Record, moved bool) {
 }
 
 // mayAcquire: a released record at once if the node witnessed the
-// release (DESIGN.md rule 8: a first value, or one a new server answered
+// release (rule 8: a first value, or one a new server answered
 // with, may be an older state brought back, whose holder's successor
 // still runs), anything else after the lease span unchanged (the longer
 // of this node's and the last writer's); never in backoff, nor while the

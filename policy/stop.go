@@ -1,6 +1,6 @@
 package policy
 
-// Stopping: Signal, Reap and Return, then the release (DESIGN.md rule 3),
+// Stopping: Signal, Reap and Return, then the release (rule 3),
 // and the handoff.
 
 // stop begins stopping the unit; advance issues the StopUnit.

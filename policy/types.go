@@ -9,7 +9,7 @@ import (
 // Instant is a reading of the node's monotonic clock: the time since an
 // origin the caller picks once, e.g. policy.Instant(time.Since(start))
 // where start is a time.Time taken with its monotonic reading. Wall-clock
-// time must never be used (DESIGN.md rule 5).
+// time must never be used (rule 5).
 type Instant time.Duration
 
 // Never is the Instant after every other: no timer is wanted.
@@ -76,8 +76,8 @@ type Record struct {
 	// record (its run id and replication id), read in the same round trip
 	// on the same connection, or "" when the store does not tell. A
 	// server that restarts, is restored or is failed over to answers with
-	// another identity, and may answer from an older state (DESIGN.md
-	// rules 7 and 8): a record is trusted only as what that server holds.
+	// another identity, and may answer from an older state (rules 7
+	// and 8): a record is trusted only as what that server holds.
 	Server string
 }
 

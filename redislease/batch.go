@@ -182,7 +182,7 @@ func validIdentity(id string) bool {
 // id (new at every start of redis-server) and its replication id (new
 // when it is promoted, or takes a master's data set over), as
 // "RUNID:REPLID". A server whose identity changed may answer from an
-// older state than the one a node read before (DESIGN.md rules 7, 8).
+// older state than the one a node read before (rules 7, 8).
 var identityScript = redis.NewScript(`
 local s = redis.call('INFO', 'server')
 local r = redis.call('INFO', 'replication')

@@ -10,7 +10,7 @@ import (
 	"github.com/unitlease/unitlease/policy"
 )
 
-// Attacks on DESIGN.md rule 8 against a real redis-server: one node's
+// Attacks on rule 8 against a real redis-server: one node's
 // policy.Machine driven by its own Store, at injected instants. Probes
 // here pass; what gets through is in break_server_open_test.go.
 

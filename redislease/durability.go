@@ -8,7 +8,7 @@ import (
 )
 
 // Durability is what Redis promises about acknowledged writes. A lost one
-// is safe (DESIGN.md rules 7 and 8: the nodes see another server answer
+// is safe (rules 7 and 8: the nodes see another server answer
 // and age what it holds) but costs a lease span of waiting; the findings
 // say what each setting costs.
 type Durability struct {

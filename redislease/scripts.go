@@ -181,7 +181,7 @@ return {'ok', new}
 // the caller's with an older version (same holder and token: only the
 // caller ever wrote one) is its own earlier renewal, which a store that
 // rolled back brought back: still the caller's, and written over
-// (DESIGN.md rule 8: a leader rides through). It returns the decoded
+// (rule 8: a leader rides through). It returns the decoded
 // record, its version raised to ARGV[3], or an early reply.
 const ownedLua = `
 local function owned()

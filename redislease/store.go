@@ -18,7 +18,7 @@ import (
 // Definitive answers, and the lack of one.
 var (
 	// ErrLost: someone else holds the lease, or it was released or renewed
-	// past the caller's version. Definitive: stop at once (DESIGN.md rule 2).
+	// past the caller's version. Definitive: stop at once (rule 2).
 	ErrLost = errors.New("redislease: lease held by another")
 	// ErrMissing: the key does not exist (expired, deleted, or Redis lost
 	// its data). A state like any other (rule 4).
@@ -306,7 +306,7 @@ func (o *Odd) garbage(key string) (policy.Record, error) {
 // lease's version floor to it. A version below the floor (the store rolled
 // back: a restart that lost writes, a restore, a failover to a replica
 // that missed them) is a value like any other, which a standby ages
-// (DESIGN.md rule 8); the floor stays, so that an acquisition writes a
+// (rule 8); the floor stays, so that an acquisition writes a
 // version above every one this node has seen.
 func (s *Store) observed(name, raw string) (policy.Record, error) {
 	rec, err := Decode(s.Key(name), raw)

@@ -16,7 +16,7 @@ import (
 )
 
 // cgroupRoots are the hierarchies in which every node gets a cgroup of its
-// own (DESIGN.md part C): the cgroup2 hierarchy and, on a hybrid host, the
+// own: the cgroup2 hierarchy and, on a hybrid host, the
 // named v1 "systemd" hierarchy that the container's systemd also uses.
 type cgroupRoots struct {
 	unified string // cgroup2 mount point

@@ -104,8 +104,7 @@ func TestBindMountIsShared(t *testing.T) {
 	}
 }
 
-// TestSharedFileLockExcludes shows the exclusion fixture of DESIGN.md part
-// C: a flock on the shared file taken in one node is seen by the other.
+// TestSharedFileLockExcludes shows the witness's exclusion fixture: a flock on the shared file taken in one node is seen by the other.
 func TestSharedFileLockExcludes(t *testing.T) {
 	a, b := cluster.Node(0), cluster.Node(1)
 	installProbe(t, a)

@@ -100,8 +100,7 @@ func (n *Node) Boot(ctx context.Context) error {
 	return nil
 }
 
-// start launches systemd-nspawn in the node's own cgroup (DESIGN.md part
-// C): a shell writes its PID into the cgroup in every hierarchy and then
+// start launches systemd-nspawn in the node's own cgroup: a shell writes its PID into the cgroup in every hierarchy and then
 // execs systemd-nspawn.
 func (n *Node) start() (*boot, error) {
 	if err := n.freshCgroup(); err != nil {

@@ -13,7 +13,7 @@ import (
 	slogjournal "github.com/systemd/slog-journal"
 )
 
-// The journal fields of DESIGN.md part A.
+// The journal fields (unitlease(8), section JOURNAL).
 const (
 	Event   = "UNITLEASE_EVENT"
 	Lease   = "UNITLEASE_LEASE"

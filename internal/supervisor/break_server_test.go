@@ -11,7 +11,7 @@ import (
 	"github.com/unitlease/unitlease/redislease"
 )
 
-// Attacks on DESIGN.md rule 8 with two supervisors over a real Redis.
+// Attacks on rule 8 with two supervisors over a real Redis.
 // The probe here passes; what gets through is in break_server_open_test.go.
 
 // rollbackUnderALeader: node-0 held lease L (web.service) and released

@@ -218,7 +218,7 @@ func TestBreakReleasedShortcutClaimsAUnitWithoutConfirmWait(t *testing.T) {
 		}
 		n1 := startNodeTiming(t, srv, c, timing, 1, "node-1", "B", "web.service")
 		// A node that just started takes no released record at once (it
-		// did not see the release happen: DESIGN.md rule 8); it ages B's
+		// did not see the release happen: rule 8); it ages B's
 		// like any other, while node-2 reaches the end of its own age.
 		for end := time.Now().Add(2 * span); !n1.sup.Holding() && time.Now().Before(end); {
 			time.Sleep(100 * time.Millisecond)

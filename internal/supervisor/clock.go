@@ -10,7 +10,7 @@ import (
 	"github.com/unitlease/unitlease/policy"
 )
 
-// Clock reads the node's clock for the policy (DESIGN.md rule 5): an
+// Clock reads the node's clock for the policy (rule 5): an
 // Instant that never goes back and is not moved by changes to the wall
 // clock. A supervisor reads time only through its Clock, so tests inject
 // one.

@@ -69,7 +69,7 @@ func priority(j policy.Journal) slog.Level {
 	case policy.JournalRenewFailed, policy.JournalLost, policy.JournalKilled, policy.JournalUnitFailed, policy.JournalRefused:
 		return slog.LevelWarn
 	}
-	return slog.LevelInfo // a state change without an event of its own too: DESIGN.md wants every one
+	return slog.LevelInfo // a state change without an event of its own too: every one is journalled
 }
 
 // stopRelated reports whether a journal event follows from a stop, whose

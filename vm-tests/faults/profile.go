@@ -94,7 +94,7 @@ func (b bounds) crash(start time.Duration) (time.Duration, string) {
 }
 
 // missing: the key is gone (Redis lost it, or a new lease), so the node
-// that acquires waits the confirm wait before it starts (DESIGN.md rule 4).
+// that acquires waits the confirm wait before it starts (rule 4).
 // moved is the bound of a unit moved to a new lease: the new lease's
 // standby ages the old lease's released record of the unit from when it
 // reads it, up to a poll after the release (the release wakes the old
