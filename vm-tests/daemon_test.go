@@ -423,3 +423,32 @@ func TestCheckWhileTheDaemonIsStopped(t *testing.T) {
 		t.Fatalf("demo.service on the leader is %s", got)
 	}
 }
+
+// TestEnablingTheLeadersUnitRefusesItAtOnce: `systemctl enable` on the
+// leader reloads systemd, and with it the daemon: the unit is refused at
+// that reload (config_error, a refused row in status with the reason),
+// the leader stops it and hands the lease off as ineligible, and the
+// standby takes over. Not at the next restart.
+func TestEnablingTheLeadersUnitRefusesItAtOnce(t *testing.T) {
+	d := deploy(t)
+	leader, standby := d.leader(60 * time.Second)
+	// An [Install] section, as most services have, without a reload of
+	// its own: enable reloads systemd.
+	unit := run(t, leader, "cat", "/etc/systemd/system/demo.service")
+	d.write(leader, "/etc/systemd/system/demo.service", unit+"\n[Install]\nWantedBy=multi-user.target\n")
+	run(t, leader, "systemctl", "enable", "demo.service")
+	t.Cleanup(func() { leader.Run(context.Background(), "systemctl", "disable", "demo.service") })
+	waitState(t, standby, "demo.service", "active", 60*time.Second)
+	d.handover(leader, standby)
+	if msgs := d.Messages(t.Context(), leader, "config_error"); !strings.Contains(msgs, "demo.service") || !strings.Contains(msgs, "enabled") {
+		t.Fatalf("no config_error naming demo.service as enabled:\n%s", msgs)
+	}
+	table := run(t, leader, "unitlease", "status")
+	if !strings.Contains(table, "ineligible") || !strings.Contains(table, "enabled") {
+		t.Fatalf("status on the old leader does not say why demo.service no longer runs there:\n%s", table)
+	}
+	if evs := d.events(leader); has(evs, "unit_failed") {
+		t.Fatalf("the old leader's events %v: a refusal is no unit failure", evs)
+	}
+	d.noViolations()
+}
