@@ -37,6 +37,12 @@ type Action struct {
 	Kind   ActionKind
 	Record Record
 	By     Instant
+	// Token, on StartUnit, is the fencing token of the tenure: the
+	// version the node acquired the lease at. It is fixed while the node
+	// holds the lease, and every later acquisition, by any node, writes a
+	// larger version (at least the Redis server's clock in milliseconds,
+	// and above the record it replaces).
+	Token uint64
 }
 
 func (a Action) String() string {

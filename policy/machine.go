@@ -79,6 +79,7 @@ type Machine struct {
 
 	holding  bool    // this node may hold the lease: renew it, release it
 	held     Record  // this node's record as last written
+	token    uint64  // the version of the acquisition that began this tenure (Action.Token)
 	anchor   Instant // send of the last successful acquire or renewal (rule 1)
 	attempts int     // renewals failed since anchor
 	tried    Instant // send of the last failed renewal
@@ -191,6 +192,7 @@ func (m *Machine) advance(o *Output, again bool) {
 	case m.state == Starting && m.job == 0:
 		m.job = StartUnit
 		o.do(StartUnit, Absent)
+		o.actions[o.n-1].Token = m.token
 	}
 	if m.state == Releasing && !m.holding {
 		m.leave()

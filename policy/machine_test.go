@@ -664,3 +664,16 @@ func TestRenewGridBringsRenewalsForwardOnly(t *testing.T) {
 		t.Fatal("a grid longer than retry was accepted")
 	}
 }
+
+// TestStartCarriesTheTenuresToken: the start of a tenure carries its
+// fencing token, the version the node acquired at; a later tenure's is
+// the version of its own acquisition, larger.
+func TestStartCarriesTheTenuresToken(t *testing.T) {
+	tm := DefaultTiming()
+	d := booted(t, tm)
+	d.at(0, seen(released("b", 7))).want(Acquiring, Acquire)
+	d.at(time.Millisecond, with(AcquireOK, held("a", 1700000000000))).want(Starting, StartUnit)
+	if a := d.action(0); a.Token != 1700000000000 {
+		t.Fatalf("start %+v: token %d, want the acquired version", a, a.Token)
+	}
+}

@@ -131,6 +131,7 @@ func (m *Machine) acquired(r Record, o *Output) {
 	moved := m.answeredBy(r)
 	m.top = max(m.top, r.ownVersion())
 	m.holding, m.held, m.anchor, m.attempts = true, r, m.reqAt, 0
+	m.token = r.Version // fixed for the tenure: renewals raise the record's version, not this
 	m.held.Fresh = false
 	o.note(JournalAcquired)
 	m.state = Starting

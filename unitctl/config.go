@@ -3,6 +3,7 @@ package unitctl
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -24,6 +25,27 @@ type Config struct {
 
 	// DropInDir is where runtime drop-ins go. Default: /run/systemd/system.
 	DropInDir string
+
+	// EnvDir is where each unit's environment file goes (EnvFile): the
+	// drop-in names it in EnvironmentFile=, and WriteEnv writes it before
+	// every start. Default: /run/unitlease/env.
+	EnvDir string
+}
+
+// EnvFile is the environment file of unit: EnvDir and the unit's name
+// with every byte but letters, digits, '.', '@' and '-' written as _XX
+// (hex), so that no name needs escaping in a unit file.
+func (c Config) EnvFile(unit string) string {
+	var b strings.Builder
+	for i := 0; i < len(unit); i++ {
+		switch ch := unit[i]; {
+		case ch >= 'a' && ch <= 'z', ch >= 'A' && ch <= 'Z', ch >= '0' && ch <= '9', ch == '.', ch == '@', ch == '-':
+			b.WriteByte(ch)
+		default:
+			fmt.Fprintf(&b, "_%02x", ch)
+		}
+	}
+	return filepath.Join(c.withDefaults().EnvDir, b.String()+".env")
 }
 
 // DropInName is the file name of the drop-in. systemd applies all of a
@@ -61,6 +83,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DropInDir == "" {
 		c.DropInDir = "/run/systemd/system"
+	}
+	if c.EnvDir == "" {
+		c.EnvDir = "/run/unitlease/env"
 	}
 	return c
 }

@@ -55,6 +55,8 @@ func newPlan(s settings, cfg Config) (*Plan, error) {
 //     time once the daemon is gone (stopPhases, stopPhaseTimeout).
 //   - KillMode= and SendSIGKILL= pinned to the validated values, so a later
 //     edit of the unit file cannot weaken them without a new validation.
+//   - EnvironmentFile= the unit's file in EnvDir (WriteEnv): the lease,
+//     the node and the fencing token of the tenure it runs in.
 func (p *Plan) render() ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by unitlease while it manages %s; removed when it stops managing it.\n", p.Unit)
@@ -68,6 +70,10 @@ func (p *Plan) render() ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "ExecStartPre=%s\n", line)
 	}
+	// EnvFile's name needs no escaping. Optional ("-"): the daemon writes
+	// it before every start it makes, and fails the start if it cannot;
+	// the guard refuses every other start.
+	fmt.Fprintf(&b, "EnvironmentFile=-%s\n", p.cfg.EnvFile(p.Unit))
 	fmt.Fprintf(&b, "TimeoutStopSec=%dms\n", p.stopPhase.Milliseconds())
 	fmt.Fprintf(&b, "KillMode=%s\nSendSIGKILL=yes\n", p.killMode)
 	return b.Bytes(), nil

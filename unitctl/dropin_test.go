@@ -2,6 +2,7 @@ package unitctl
 
 import (
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +27,7 @@ After=unitlease.service
 ExecStartPre=
 ExecStartPre=+"/usr/bin/unitlease" "guard" %n
 ExecStartPre=-"/bin/mount-data" "--now"
+EnvironmentFile=-/run/unitlease/env/vpn.service.env
 TimeoutStopSec=9000ms
 KillMode=mixed
 SendSIGKILL=yes
@@ -105,5 +107,39 @@ func TestVerify(t *testing.T) {
 	}
 	if !strings.Contains(string(p.DropIn), "TimeoutStopSec=1625ms") {
 		t.Errorf("drop-in:\n%s", p.DropIn)
+	}
+}
+
+// TestEnvFile: the environment file's name needs no escaping in a unit
+// file, and two units never share one.
+func TestEnvFile(t *testing.T) {
+	c := Config{}
+	for unit, want := range map[string]string{
+		"vpn.service":        "/run/unitlease/env/vpn.service.env",
+		"getty@tty1.service": "/run/unitlease/env/getty@tty1.service.env",
+		`foo\x2dbar.service`: "/run/unitlease/env/foo_5cx2dbar.service.env",
+		"a_b.service":        "/run/unitlease/env/a_5fb.service.env",
+		"a%b:c.service":      "/run/unitlease/env/a_25b_3ac.service.env",
+	} {
+		if got := c.EnvFile(unit); got != want {
+			t.Errorf("EnvFile(%q) = %s, want %s", unit, got, want)
+		}
+	}
+}
+
+// TestWriteEnv: one NAME=VALUE line per pair, mode 0644, replaced whole;
+// a value that would need quoting is refused.
+func TestWriteEnv(t *testing.T) {
+	c := Config{EnvDir: t.TempDir() + "/env"}
+	env := [][2]string{{"UNITLEASE_LEASE", "vpn"}, {"UNITLEASE_NODE", "gw-1"}, {"UNITLEASE_TOKEN", "1796122716151"}}
+	if err := WriteEnv(c, "vpn.service", env); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(c.EnvFile("vpn.service"))
+	if err != nil || string(data) != "UNITLEASE_LEASE=vpn\nUNITLEASE_NODE=gw-1\nUNITLEASE_TOKEN=1796122716151\n" {
+		t.Fatalf("%q %v", data, err)
+	}
+	if err := WriteEnv(c, "vpn.service", [][2]string{{"X", "a\nY=b"}}); err == nil {
+		t.Fatal("a value with a newline was written")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 )
@@ -136,8 +137,35 @@ func (s *Systemd) Uninstall(ctx context.Context, cfg Config, units []string) err
 			}
 		}
 		_ = os.Remove(filepath.Dir(path)) // only if empty
+		if err := os.Remove(cfg.EnvFile(u)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(append(errs, s.reload(ctx))...)
+}
+
+// WriteEnv is the package's WriteEnv.
+func (s *Systemd) WriteEnv(cfg Config, unit string, env [][2]string) error {
+	return WriteEnv(cfg, unit, env)
+}
+
+// WriteEnv writes unit's environment file (Config.EnvFile), which its
+// drop-in names in EnvironmentFile=: one NAME=VALUE line per pair, through
+// a rename, so a start never reads half of it. The values are unitlease's
+// own (a lease name, a node name, a number): no quoting is needed, and
+// a value with a newline or a quote is refused.
+func WriteEnv(cfg Config, unit string, env [][2]string) error {
+	var b strings.Builder
+	for _, kv := range env {
+		if strings.ContainsAny(kv[1], "\n\r\"'\\$`") {
+			return fmt.Errorf("unitctl: environment of %s: %s=%q needs quoting", unit, kv[0], kv[1])
+		}
+		fmt.Fprintf(&b, "%s=%s\n", kv[0], kv[1])
+	}
+	if err := writeAtomic(cfg.EnvFile(unit), []byte(b.String())); err != nil {
+		return fmt.Errorf("unitctl: environment of %s: %w", unit, err)
+	}
+	return nil
 }
 
 // reload is systemctl daemon-reload. A reload interrupted by a re-exec is

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -450,5 +451,41 @@ func TestEnablingTheLeadersUnitRefusesItAtOnce(t *testing.T) {
 	if evs := d.events(leader); has(evs, "unit_failed") {
 		t.Fatalf("the old leader's events %v: a refusal is no unit failure", evs)
 	}
+	d.noViolations()
+}
+
+// TestTheTokenGrowsAcrossHandoffsAndCrashes: every start of the witness
+// reads UNITLEASE_TOKEN from its environment, and the token of each
+// tenure is larger than the one before, across a handoff and a crash of
+// the leader's daemon.
+func TestTheTokenGrowsAcrossHandoffsAndCrashes(t *testing.T) {
+	d := deploy(t)
+	leader, standby := d.leader(60 * time.Second)
+	run(t, leader, "unitlease", "handoff", "demo")
+	waitState(t, standby, "demo.service", "active", 30*time.Second)
+	d.handover(leader, standby)
+	run(t, standby, "systemctl", "kill", "--signal=SIGKILL", "unitlease.service")
+	waitState(t, leader, "demo.service", "active", 60*time.Second)
+	d.handover(standby, leader)
+	var tokens []uint64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		tokens = tokens[:0]
+		for _, r := range d.Records() {
+			if r.What == "start" {
+				v, err := strconv.ParseUint(r.Token, 10, 64)
+				if err != nil {
+					t.Fatalf("a start without a token: %+v", r)
+				}
+				tokens = append(tokens, v)
+			}
+		}
+		if len(tokens) >= 3 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(tokens) != 3 || !(tokens[0] < tokens[1] && tokens[1] < tokens[2]) {
+		t.Fatalf("tokens of the three tenures: %v, want three, each larger than the one before", tokens)
+	}
+	t.Logf("tokens: %v", tokens)
 	d.noViolations()
 }

@@ -208,6 +208,7 @@ func (d *Deployment) Messages(ctx context.Context, n *Node, event string) string
 type WitnessRecord struct {
 	What, Node string
 	At         time.Duration // CLOCK_MONOTONIC, shared by every node and the host
+	Token      string        // a start's UNITLEASE_TOKEN, "-" without one
 }
 
 // Records reads the witness log.
@@ -219,6 +220,9 @@ func (d *Deployment) Records() []WitnessRecord {
 		var ns int64
 		if _, err := fmt.Sscanf(line, "%s %s %d", &r.What, &r.Node, &ns); err == nil {
 			r.At = time.Duration(ns)
+			if f := strings.Fields(line); len(f) == 4 {
+				r.Token = f[3]
+			}
 			rs = append(rs, r)
 		}
 	}

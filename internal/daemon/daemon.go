@@ -32,6 +32,8 @@ import (
 // *unitctl.Systemd.
 type Manager interface {
 	Start(ctx context.Context, unit string) error
+	// WriteEnv writes the environment file a unit's drop-in names.
+	WriteEnv(cfg unitctl.Config, unit string, env [][2]string) error
 	Stop(ctx context.Context, unit string, stopWait time.Duration) error
 	ActiveState(ctx context.Context, unit string) (string, error)
 	State(ctx context.Context, unit string) (unitctl.UnitState, error)

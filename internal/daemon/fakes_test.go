@@ -119,8 +119,9 @@ type fakeSystemd struct {
 	refused     map[string]bool // Validate refuses
 	validated   int             // Validate calls
 	uninstalled []string
-	jobs        map[string]string  // unit -> the type of its queued job
-	events      chan unitctl.Event // what Watch reports
+	jobs        map[string]string      // unit -> the type of its queued job
+	events      chan unitctl.Event     // what Watch reports
+	env         map[string][][2]string // the environment each unit was last started with
 
 	watchdogsOff atomic.Bool // systemctl service-watchdogs no
 }
@@ -161,6 +162,17 @@ func (f *fakeSystemd) ActiveState(_ context.Context, unit string) (string, error
 		return "active", nil
 	}
 	return "inactive", nil
+}
+
+// WriteEnv records each unit's environment as it would be written.
+func (f *fakeSystemd) WriteEnv(_ unitctl.Config, unit string, env [][2]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.env == nil {
+		f.env = map[string][][2]string{}
+	}
+	f.env[unit] = env
+	return nil
 }
 
 // State fails on an ended ctx, as a D-Bus call does.

@@ -289,7 +289,7 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
 		return
 	}
-	sup := supervisor.New(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait}, d.clock, d.supLog)
+	sup := supervisor.New(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait, d.ucfg}, d.clock, d.supLog)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.mu.Lock()
 	d.sups[lease] = &running{sup: sup, cancel: cancel}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/unitctl"
 )
 
@@ -13,9 +14,19 @@ import (
 type unitsOf struct {
 	sd       Manager
 	stopWait time.Duration
+	ucfg     unitctl.Config // where the units' environment files go
 }
 
-func (u unitsOf) Start(ctx context.Context, unit string) error { return u.sd.Start(ctx, unit) }
+// Start writes the unit's environment file (the lease, the node, the
+// fencing token), which its drop-in names, then starts it. A file it
+// cannot write fails the start: the unit would run without its token, or
+// with a tenure's before.
+func (u unitsOf) Start(ctx context.Context, unit string, env supervisor.Env) error {
+	if err := u.sd.WriteEnv(u.ucfg, unit, env.Pairs()); err != nil {
+		return err
+	}
+	return u.sd.Start(ctx, unit)
+}
 
 func (u unitsOf) StartOrder(ctx context.Context, units []string) ([]string, error) {
 	return u.sd.StartOrder(ctx, units)

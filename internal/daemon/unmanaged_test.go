@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -141,6 +142,40 @@ func TestSnapshotNamesRefusedUnits(t *testing.T) {
 		synctest.Wait()
 		if got := units(); !slices.Equal(got, []string{"refused db.service b", "refused web.service a"}) {
 			t.Errorf("problems after web.service became refusable: %v", got)
+		}
+		cancel()
+		d.Shutdown(context.WithoutCancel(ctx))
+	})
+}
+
+// TestStartCarriesTheFencingToken: before it starts a unit the daemon
+// writes the unit's environment: the lease, the node, and the token, the
+// version it acquired the lease at (renewals since do not change it).
+func TestStartCarriesTheFencingToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sd := newFakeSystemd(map[string]string{"web.service": "a"})
+		d, logs := testDaemon(t, sd, newMemStore())
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		d.Reload(ctx)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		var acquired string
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if _, v, ok := strings.Cut(line, "acquired lease a at version "); ok {
+				acquired, _, _ = strings.Cut(v, `"`)
+				break
+			}
+		}
+		sd.mu.Lock()
+		env := sd.env["web.service"]
+		sd.mu.Unlock()
+		want := [][2]string{{"UNITLEASE_LEASE", "a"}, {"UNITLEASE_NODE", "node-a"}, {"UNITLEASE_TOKEN", acquired}}
+		if acquired == "" || !slices.Equal(env, want) {
+			t.Fatalf("environment %q, want %q\n%s", env, want, logs)
+		}
+		if v := d.find("a").Status().Version; fmt.Sprint(v) == acquired {
+			t.Fatalf("the lease was not renewed since its acquisition (version %d): the test shows nothing", v)
 		}
 		cancel()
 		d.Shutdown(context.WithoutCancel(ctx))

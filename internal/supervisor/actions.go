@@ -25,7 +25,7 @@ func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
 	case policy.Release:
 		ev = s.release(ctx, a.Record)
 	case policy.StartUnit:
-		ev = s.start(ctx)
+		ev = s.start(ctx, Env{Lease: s.Lease, Node: s.Node, Token: a.Token})
 	case policy.StopUnit:
 		ev = s.stop(ctx)
 	default:
@@ -126,13 +126,13 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 // start starts the units one by one in systemd's order (each start is a
 // job of its own, which After= would not order); the first failure ends
 // it.
-func (s *Supervisor) start(ctx context.Context) policy.Event {
+func (s *Supervisor) start(ctx context.Context, env Env) policy.Event {
 	order, err := s.units.StartOrder(ctx, s.Units)
 	if err != nil {
 		s.logger().Warn("reading the units' order: "+err.Error()+"; starting them by name", "UNITLEASE_EVENT", "unit_warning")
 	}
 	for _, u := range order {
-		if err := s.units.Start(ctx, u); err != nil {
+		if err := s.units.Start(ctx, u, env); err != nil {
 			s.logger().Error("starting "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "start_failed")
 			return policy.Event{Kind: policy.UnitStartFailed}
 		}

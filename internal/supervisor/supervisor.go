@@ -15,6 +15,7 @@ package supervisor
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,8 +59,9 @@ type Units interface {
 	// StartOrder orders a group's units as systemd would start them
 	// together (After=, Before=); an error leaves them as they were.
 	StartOrder(ctx context.Context, units []string) ([]string, error)
-	// Start starts the unit and returns once it is active.
-	Start(ctx context.Context, unit string) error
+	// Start starts the unit with env in its environment and returns once
+	// it is active.
+	Start(ctx context.Context, unit string, env Env) error
 	// Stop stops the unit within stop_wait, with SIGKILL if needed, and
 	// returns once it is confirmed inactive; killed says SIGKILL was used.
 	// An error means it is not confirmed inactive. It calls queued, if
@@ -67,6 +69,20 @@ type Units interface {
 	// was found stopped): from then on systemd bounds the stop by itself,
 	// even if the daemon dies.
 	Stop(ctx context.Context, unit string, queued func()) (killed bool, err error)
+}
+
+// Env is what a unit's environment carries of the tenure it runs in.
+type Env struct {
+	Lease string
+	Node  string
+	// Token is the fencing token: the version this node acquired the
+	// lease at, fixed for the tenure and larger for every later one.
+	Token uint64
+}
+
+// Pairs is env as UNITLEASE_LEASE, UNITLEASE_NODE and UNITLEASE_TOKEN.
+func (e Env) Pairs() [][2]string {
+	return [][2]string{{"UNITLEASE_LEASE", e.Lease}, {"UNITLEASE_NODE", e.Node}, {"UNITLEASE_TOKEN", strconv.FormatUint(e.Token, 10)}}
 }
 
 // Supervisor keeps one lease: its units run on this node only while the

@@ -136,13 +136,15 @@ type fakeUnits struct {
 	mu            sync.Mutex
 	running       bool
 	starts, stops int
+	envs          []Env // each start's environment
 }
 
-func (u *fakeUnits) Start(context.Context, string) error {
+func (u *fakeUnits) Start(_ context.Context, _ string, env Env) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.starts++
 	u.running = true
+	u.envs = append(u.envs, env)
 	return nil
 }
 
@@ -324,11 +326,11 @@ func (u *orderedUnits) StartOrder(_ context.Context, units []string) ([]string, 
 	return order, nil
 }
 
-func (u *orderedUnits) Start(ctx context.Context, unit string) error {
+func (u *orderedUnits) Start(ctx context.Context, unit string, env Env) error {
 	u.mu.Lock()
 	u.started = append(u.started, unit)
 	u.mu.Unlock()
-	return u.fakeUnits.Start(ctx, unit)
+	return u.fakeUnits.Start(ctx, unit, env)
 }
 
 // TestSupervisorGroup: a group's units start in the order StartOrder

@@ -53,7 +53,7 @@ type nodeUnits struct {
 
 func (u nodeUnits) StartOrder(_ context.Context, units []string) ([]string, error) { return units, nil }
 
-func (u nodeUnits) Start(_ context.Context, unit string) error {
+func (u nodeUnits) Start(_ context.Context, unit string, _ Env) error {
 	u.c.mu.Lock()
 	defer u.c.mu.Unlock()
 	u.c.starts[u.node]++

@@ -38,7 +38,7 @@ func ParseLog(data []byte) []Record {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) != 3 {
+		if len(f) != 3 && !(len(f) == 4 && f[0] == recStart) { // a start also names its token
 			continue
 		}
 		ns, err := strconv.ParseInt(f[2], 10, 64)

@@ -6,7 +6,8 @@
 //
 //	witness -dir /shared -name demo [-on-term exit|ignore|delay=DURATION]
 //
-// Log lines in DIR/NAME.log: "start NODE NS", "stop NODE NS",
+// Log lines in DIR/NAME.log: "start NODE NS TOKEN" (TOKEN is
+// UNITLEASE_TOKEN from its environment, "-" without one), "stop NODE NS",
 // "violation NODE NS", and "fail NODE NS" when SIGUSR1 makes it exit with
 // status 1 (a unit that fails on its own, whatever -on-term says). Writes
 // are single O_APPEND writes, atomic across nodes.
@@ -39,7 +40,11 @@ func main() {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		w.record("violation")
 	}
-	w.record("start")
+	token := os.Getenv("UNITLEASE_TOKEN")
+	if token == "" || strings.ContainsAny(token, " \n") {
+		token = "-"
+	}
+	w.record("start", token)
 	if w.wait(*onTerm) {
 		w.record("fail")
 		os.Exit(1)
@@ -49,10 +54,10 @@ func main() {
 
 type witness struct{ log, node string }
 
-func (w *witness) record(what string) {
+func (w *witness) record(what string, extra ...string) {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	line := fmt.Sprintf("%s %s %d\n", what, w.node, ts.Nano())
+	line := strings.Join(append([]string{what, w.node, fmt.Sprint(ts.Nano())}, extra...), " ") + "\n"
 	f, err := os.OpenFile(w.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		fail(err)
