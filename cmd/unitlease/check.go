@@ -16,6 +16,7 @@ import (
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/daemon"
 	"github.com/unitlease/unitlease/internal/inert"
+	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
@@ -296,14 +297,16 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 	defer sd.Close()
 	// systemd reports the watchdog of a service that runs: a stopped
 	// unitlease.service has WatchdogUSec=infinity whatever its file says.
+	// Everything else run checks is read as it is (service watchdogs
+	// enforced, TimeoutAbortSec=), with the packaged WatchdogSec=.
+	var reader daemon.WatchdogReader = sd
+	stopped := ""
 	if loaded, err := sd.Watchdog(ctx, unit); err == nil && loaded == math.MaxInt64 {
 		if st, err := sd.ActiveState(ctx, unit); err == nil && !activeStates[st] {
-			c.warn("%s is %s, and systemd reports a watchdog only while it runs: the lease span below assumes the packaged WatchdogSec=2s (allowance %v); run checks the real one when it starts, and check does once it runs",
-				unit, st, cfg.Timing.Allowance)
-			return true
+			reader, stopped = packagedWatchdog{sd}, st
 		}
 	}
-	w, err := daemon.UnitWatchdog(ctx, sd, unit, 0)
+	w, err := daemon.UnitWatchdog(ctx, reader, unit, 0)
 	if err == nil {
 		err = cfg.SetAllowance(w.Allowance)
 	}
@@ -311,9 +314,26 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 		c.fail("%v (run refuses to start)", err)
 		return false
 	}
+	if stopped != "" {
+		c.warn("%s is %s, and systemd reports a watchdog only while it runs: the lease span below assumes the packaged WatchdogSec=%v (allowance %v); run checks the real one when it starts (it refuses none, or infinity), and check does once it runs",
+			unit, stopped, w.Interval, cfg.Timing.Allowance)
+		return true
+	}
 	c.ok("%s: WatchdogSec %v + a third of it + TimeoutAbortSec %v + systemd's timer slack: a daemon that stops acting is killed, and its units stopped through BindsTo=, within the allowance %v after a deadline",
 		unit, w.Interval, w.Abort, cfg.Timing.Allowance)
 	return true
+}
+
+// PackagedWatchdogSec is the packaged unitlease.service's WatchdogSec=.
+const PackagedWatchdogSec = 2 * time.Second
+
+// packagedWatchdog reads systemd as it is but for WatchdogSec=, which it
+// takes to be the packaged one: systemd reports none for a stopped
+// service.
+type packagedWatchdog struct{ daemon.WatchdogReader }
+
+func (packagedWatchdog) Watchdog(context.Context, string) (time.Duration, error) {
+	return PackagedWatchdogSec, nil
 }
 
 // clearStopFailed releases a lease whose record is stop_failed (its
@@ -393,12 +413,21 @@ func resetGarbage(cfg *config.Config, lease string, out io.Writer) error {
 // timeline prints how long each move of a lease takes with this timing.
 func (c *checker) timeline(cfg *config.Config) {
 	t := cfg.Timing
-	c.ok("failover after a crash, a power cut or a node cut off from Redis: within lease span %v + 2 x poll_max %v = %v, then the unit's start (a standby takes the lease once it has seen the holder's last record unchanged for a lease span; it sees that record, and then the span's end, each up to a poll late)",
-		t.LeaseSpan, t.PollMax, t.LeaseSpan+2*t.PollMax)
+	c.ok("failover after a crash, a power cut or a node cut off from Redis: within lease span %v + 2 x poll_max %v + 4 x reply_max %v = %v after the holder's last renewal, then the unit's start; typically about lease span + poll_max (a standby takes the lease once it has seen the holder's last record unchanged for a lease span: it sees that record, and then the span's end, each up to a poll and a reply late, and acquires in one more reply; a holder whose record carries a longer lease span is waited out that long)",
+		t.LeaseSpan, t.PollMax, t.ReplyMax, CrashBound(t))
 	c.ok("failover after a release (unitlease handoff, systemctl stop unitlease): at once, then the unit's start, when a peer watches and is not backing off; within poll_max %v if its wake-up is lost",
 		t.PollMax)
 	c.ok("confirm wait %v: a node that acquires a lease whose key was missing (a cold start, a Redis that lost its data) holds it that long before it starts the unit",
 		t.ConfirmWait())
 	c.ok("backoff %v (lease span + poll_max): a node that gave a lease up (a handoff, a failed unit, a missed renewal) leaves it to its peers that long",
 		t.Backoff())
+}
+
+// CrashBound is the longest a crash of a holder can leave a lease without
+// a holder, from its last renewal to a standby's acquisition, with every
+// node on timing t: the reply that still shows the renewal before, a poll
+// and a reply to see the last one, the lease span, a poll and a reply to
+// see it over, and the acquisition's reply.
+func CrashBound(t policy.Timing) time.Duration {
+	return t.LeaseSpan + 2*t.PollMax + 4*t.ReplyMax
 }

@@ -192,6 +192,8 @@ var wrongType = regexp.MustCompile(`^cannot decode TOML (\w+) into .* of type (\
 // wanted says what a key takes, for a Go type.
 func wanted(key, goType string) string {
 	switch {
+	case key == "timing.profile":
+		return "a profile name in quotes: " + strings.Join(ProfileNames(), " or ")
 	case strings.HasPrefix(key, "timing.") && goType == "string":
 		return `a duration string such as "5s"`
 	case goType == "string":

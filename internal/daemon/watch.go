@@ -66,7 +66,9 @@ func (d *Daemon) watchUnits(ctx, daemon context.Context, units []string) {
 			continue
 		}
 		switch ev.Kind {
-		case unitctl.StoppedBehind:
+		case unitctl.StoppedBehind, unitctl.Failed:
+			// A unit that exits non-zero on SIGTERM (a JVM's 143) is
+			// failed, not inactive, after the same planned stop.
 			if daemon.Err() != nil {
 				// A SIGTERM: Shutdown hands every lease off, this
 				// one included.
@@ -78,8 +80,6 @@ func (d *Daemon) watchUnits(ctx, daemon context.Context, units []string) {
 				s.Handoff(daemon)
 				continue
 			}
-			s.UnitFailed(daemon)
-		case unitctl.Failed:
 			s.UnitFailed(daemon)
 		case unitctl.StartedBehind:
 			// Activating: the guard is deciding (and refuses a

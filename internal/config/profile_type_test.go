@@ -1,5 +1,3 @@
-//go:build breaks
-
 package config
 
 import (
@@ -7,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestBreakS6ProfileOfTheWrongTypeSaysWhatItTakes: commit bfc967b adds
+// TestProfileOfTheWrongTypeSaysWhatItTakes: commit bfc967b adds
 // `[timing] profile`, a name, to the [timing] table, whose keys d943ec7
 // describes on a type error as taking "a duration string such as \"5s\""
 // (wanted: every timing.* string is a duration). So `profile = 1` or
@@ -19,7 +17,9 @@ import (
 // Suggested fix: in wanted, special-case timing.profile ("a profile name
 // in quotes: default or quick"), or match the duration wording on the
 // duration keys only.
-func TestBreakS6ProfileOfTheWrongTypeSaysWhatItTakes(t *testing.T) {
+// TestProfileOfTheWrongTypeSaysWhatItTakes: profile = 1 names the
+// profiles, not a duration.
+func TestProfileOfTheWrongTypeSaysWhatItTakes(t *testing.T) {
 	for _, doc := range []string{"[timing]\nprofile = 1\n", "[timing]\nprofile = true\n"} {
 		_, err := Parse("u.toml", []byte("node = \"n1\"\n"+doc))
 		if err == nil {
