@@ -352,3 +352,21 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestBashCompletionKnowsEveryCommand: the packaged bash completion
+// offers exactly the commands unitlease has.
+func TestBashCompletionKnowsEveryCommand(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/unitlease.bash-completion")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), `local commands="`)
+	list, _, _ := strings.Cut(rest, `"`)
+	var names []string
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	if !ok || list != strings.Join(names, " ") {
+		t.Fatalf("the completion offers %q, unitlease has %q", list, strings.Join(names, " "))
+	}
+}
