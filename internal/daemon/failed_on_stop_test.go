@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -19,17 +18,8 @@ func TestFailedUnitDuringCleanDaemonStopIsNoUnitFailure(t *testing.T) {
 	for _, job := range []string{"stop", "restart"} {
 		t.Run("job "+job, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				sd := newFakeSystemd(map[string]string{"web.service": "a"})
-				store := newMemStore()
-				d, logs := testDaemon(t, sd, store)
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				d.Reload(ctx)
-				time.Sleep(30 * time.Second)
-				synctest.Wait()
-				if !sd.isActive("web.service") {
-					t.Fatalf("not leading:\n%s", logs)
-				}
+				sd, _, logs, _, stop := leading(t)
+				defer stop()
 				sd.set(func(f *fakeSystemd) {
 					f.jobs["unitlease.service"] = job
 					f.active["web.service"] = false
@@ -44,8 +34,6 @@ func TestFailedUnitDuringCleanDaemonStopIsNoUnitFailure(t *testing.T) {
 				if strings.Contains(out, "UNITLEASE_EVENT=unit_failed") {
 					t.Errorf("a unit stopped by systemd for unitlease.service's %s job (and failing its stop) is logged unit_failed:\n%s", job, out)
 				}
-				cancel()
-				d.Shutdown(context.WithoutCancel(ctx))
 			})
 		})
 	}

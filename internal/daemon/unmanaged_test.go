@@ -12,6 +12,26 @@ import (
 	"github.com/unitlease/unitlease/unitctl"
 )
 
+// leading is a daemon on node-a that leads lease a of web.service, in a
+// synctest bubble; stop ends it.
+func leading(t *testing.T) (sd *fakeSystemd, d *Daemon, logs fmt.Stringer, ctx context.Context, stop func()) {
+	t.Helper()
+	sd = newFakeSystemd(map[string]string{"web.service": "a"})
+	d, buf := testDaemon(t, sd, newMemStore())
+	ctx, cancel := context.WithCancel(t.Context())
+	d.Reload(ctx)
+	time.Sleep(30 * time.Second)
+	synctest.Wait()
+	if !sd.isActive("web.service") {
+		cancel()
+		t.Fatalf("not leading:\n%s", buf)
+	}
+	return sd, d, buf, ctx, func() {
+		cancel()
+		d.Shutdown(context.WithoutCancel(ctx))
+	}
+}
+
 // TestAnnotationLostOnTheLeaderIsNoHandoff: when a reload finds the
 // leader's unit no longer annotated (a typo in its [X-UnitLease] section
 // makes the annotation an error, or it was removed), the daemon stops it
@@ -29,17 +49,8 @@ func TestAnnotationLostOnTheLeaderIsNoHandoff(t *testing.T) {
 		name, lose := c.name, c.lose
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				sd := newFakeSystemd(map[string]string{"web.service": "a"})
-				store := newMemStore()
-				d, logs := testDaemon(t, sd, store)
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				d.Reload(ctx)
-				time.Sleep(30 * time.Second)
-				synctest.Wait()
-				if !sd.isActive("web.service") {
-					t.Fatalf("not leading:\n%s", logs)
-				}
+				sd, d, logs, ctx, stop := leading(t)
+				defer stop()
 				sd.set(lose)
 				d.Reload(ctx)
 				time.Sleep(30 * time.Second)
@@ -51,8 +62,6 @@ func TestAnnotationLostOnTheLeaderIsNoHandoff(t *testing.T) {
 				if !strings.Contains(out, c.want) || strings.Contains(out, "(handoff)") {
 					t.Errorf("the journal does not say %q, or says handoff:\n%s", c.want, out)
 				}
-				cancel()
-				d.Shutdown(context.WithoutCancel(ctx))
 			})
 		})
 	}
@@ -69,17 +78,8 @@ func TestCleanDaemonStopIsNoUnitFailure(t *testing.T) {
 	for _, job := range []string{"stop", "restart", ""} {
 		t.Run("job "+job, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				sd := newFakeSystemd(map[string]string{"web.service": "a"})
-				store := newMemStore()
-				d, logs := testDaemon(t, sd, store)
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				d.Reload(ctx)
-				time.Sleep(30 * time.Second)
-				synctest.Wait()
-				if !sd.isActive("web.service") {
-					t.Fatalf("not leading:\n%s", logs)
-				}
+				sd, _, logs, _, stop := leading(t)
+				defer stop()
 				sd.set(func(f *fakeSystemd) {
 					f.jobs["unitlease.service"] = job
 					f.active["web.service"] = false
@@ -92,8 +92,6 @@ func TestCleanDaemonStopIsNoUnitFailure(t *testing.T) {
 				if failed != (job == "") || !strings.Contains(out, "UNITLEASE_EVENT=released") {
 					t.Errorf("with the daemon's job %q: unit_failed logged %v, want %v; and the lease released:\n%s", job, failed, job == "", out)
 				}
-				cancel()
-				d.Shutdown(context.WithoutCancel(ctx))
 			})
 		})
 	}
@@ -153,13 +151,8 @@ func TestSnapshotNamesRefusedUnits(t *testing.T) {
 // version it acquired the lease at (renewals since do not change it).
 func TestStartCarriesTheFencingToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sd := newFakeSystemd(map[string]string{"web.service": "a"})
-		d, logs := testDaemon(t, sd, newMemStore())
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		d.Reload(ctx)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		sd, d, logs, _, stop := leading(t)
+		defer stop()
 		var acquired string
 		for _, line := range strings.Split(logs.String(), "\n") {
 			if _, v, ok := strings.Cut(line, "acquired lease a at version "); ok {
@@ -177,7 +170,5 @@ func TestStartCarriesTheFencingToken(t *testing.T) {
 		if v := d.find("a").Status().Version; fmt.Sprint(v) == acquired {
 			t.Fatalf("the lease was not renewed since its acquisition (version %d): the test shows nothing", v)
 		}
-		cancel()
-		d.Shutdown(context.WithoutCancel(ctx))
 	})
 }
