@@ -489,3 +489,50 @@ func TestTheTokenGrowsAcrossHandoffsAndCrashes(t *testing.T) {
 	t.Logf("tokens: %v", tokens)
 	d.noViolations()
 }
+
+// disabledLongEnough waits until every node's daemon has seen lease demo
+// disabled for longer than the lease span, when a record it could take
+// would have been taken, and checks that no node runs demo.service.
+func (d *daemons) disabledLongEnough(span time.Duration) {
+	d.t.Helper()
+	for _, n := range d.nodes {
+		for deadline := time.Now().Add(3 * span); ; time.Sleep(200 * time.Millisecond) {
+			st := LeaseStatus(d.t.Context(), n)
+			if st.Holder == d.nodes[0].Name && st.LeaseAge > span {
+				break
+			}
+			if time.Now().After(deadline) {
+				d.t.Fatalf("%s has not seen the disabled record for a lease span: %+v\n%s", n.Name, st, d.journals())
+			}
+		}
+		if got := active(d.t, n, "demo.service"); got != "inactive" {
+			d.t.Fatalf("demo.service is %s on %s while the lease is disabled", got, n.Name)
+		}
+	}
+}
+
+// TestDisableKeepsTheUnitStoppedEverywhere: `unitlease disable` stops the
+// unit on the node that runs it, and no node starts it, for longer than
+// a lease span and across a restart of every daemon; `unitlease enable`
+// lets a node take it again.
+func TestDisableKeepsTheUnitStoppedEverywhere(t *testing.T) {
+	d := deploy(t)
+	leader, _ := d.leader(60 * time.Second)
+	const span = 9186 * time.Millisecond // the quick profile's
+	out := run(t, d.nodes[0], "unitlease", "disable", "demo")
+	t.Logf("unitlease disable demo:\n%s", out)
+	waitState(t, leader, "demo.service", "inactive", 30*time.Second)
+	if msgs := d.Messages(t.Context(), leader, "lost"); !strings.Contains(msgs, "was disabled by "+d.nodes[0].Name) {
+		t.Fatalf("the leader's journal does not say the lease was disabled:\n%s", msgs)
+	}
+	d.disabledLongEnough(span)
+	for _, n := range d.nodes {
+		run(t, n, "systemctl", "restart", "unitlease.service")
+	}
+	d.disabledLongEnough(span)
+	t.Logf("status while disabled:\n%s", run(t, d.nodes[1], "unitlease", "status"))
+	out = run(t, d.nodes[1], "unitlease", "enable", "demo")
+	t.Logf("unitlease enable demo:\n%s", out)
+	d.leader(60 * time.Second)
+	d.noViolations()
+}

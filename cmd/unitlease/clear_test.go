@@ -57,3 +57,51 @@ func TestClear(t *testing.T) {
 		t.Fatalf("clear: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
 	}
 }
+
+// TestDisableEnable: `unitlease disable` against a real Redis says who
+// held the lease and how to enable it; the holder's renewal is then a
+// loss; `enable` releases it, and a second enable is refused.
+func TestDisableEnable(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	path := filepath.Join(t.TempDir(), "unitlease.toml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, "node = \"op\"\n[redis]\nurl = \"redis://%s/0\"\n[timing]\nprofile = \"quick\"\n", srv.Addr()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := cfg.RedisConfig()
+	rc.Node = "node-a"
+	holder, err := redislease.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	ctx := context.Background()
+	seen, err := holder.Observe(ctx, "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := holder.Acquire(ctx, "db", seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd("disable", "--config", path, "db")
+	if code != 0 || !strings.HasPrefix(stdout, "lease db: disabled at version ") ||
+		!strings.Contains(stdout, "\nits holder node-a stops its units at its next renewal (within retry 1s;") ||
+		!strings.HasSuffix(stdout, "\nno node takes it until: unitlease enable db\n") {
+		t.Fatalf("disable: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if _, err := holder.Renew(ctx, "db", held); err == nil {
+		t.Fatal("the holder renewed a disabled lease")
+	}
+	code, stdout, stderr = runCmd("enable", "--config", path, "db")
+	if code != 0 || !strings.Contains(stdout, "lease db: enabled (released at version ") || !strings.Contains(stdout, "for the lease span (9.186s)") {
+		t.Fatalf("enable: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, _, stderr = runCmd("enable", "--config", path, "db")
+	if code != 1 || !strings.Contains(stderr, "unitlease enable: lease db is released, not disabled") {
+		t.Fatalf("enable of a released lease: exit %d, stderr %q", code, stderr)
+	}
+}
