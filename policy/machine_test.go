@@ -677,39 +677,3 @@ func TestStartCarriesTheTenuresToken(t *testing.T) {
 		t.Fatalf("start %+v: token %d, want the acquired version", a, a.Token)
 	}
 }
-
-// TestDisabledRecordIsNeverAcquired: a standby never acquires a record an
-// operator disabled, however long it stays; once enabled (a released
-// record in the operator's name and a new token), it ages that record a
-// lease span, as any release it did not see happen, then acquires.
-func TestDisabledRecordIsNeverAcquired(t *testing.T) {
-	tm := DefaultTiming()
-	r, err := tm.Resolved()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := booted(t, tm)
-	dis := held("op", 9)
-	dis.Raw += " disabled"
-	dis.Disabled = true
-	for at := time.Duration(0); at < 10*r.LeaseSpan; at += tm.PollMax {
-		d.at(at, seen(dis))
-		if d.has(Acquire) {
-			t.Fatalf("acquired the disabled record at +%v", at)
-		}
-		d.wake()
-	}
-	en := released("op", 10)
-	en.Token = "op-2"
-	start := 10 * r.LeaseSpan
-	d.at(start, seen(en))
-	if d.has(Acquire) {
-		t.Fatal("took the enabled record at once: it did not see a holder release it")
-	}
-	for at := start + tm.PollMin; !d.has(Acquire); at += tm.PollMin {
-		if at > start+2*r.LeaseSpan {
-			t.Fatal("never acquired the enabled record")
-		}
-		d.at(at, seen(en))
-	}
-}

@@ -68,10 +68,10 @@ func (m *Machine) see(r Record, moved bool) {
 // of this node's and the last writer's); never in backoff, nor while the
 // node is ineligible, nor over a record whose holder could not stop its
 // units (stop_failed), however old: a failed stop never leads to a start
-// elsewhere; nor over a record an operator disabled.
+// elsewhere.
 func (m *Machine) mayAcquire() bool {
 	released := m.seen.Present && m.seen.Released && m.witnessed
-	return m.state == Standby && !m.ineligible && !m.seen.StopFailed && !m.seen.Disabled &&
+	return m.state == Standby && !m.ineligible && !m.seen.StopFailed &&
 		(released || m.now.Sub(m.seenAt) >= max(m.t.LeaseSpan, m.writerSpan))
 }
 

@@ -58,10 +58,6 @@ type Record struct {
 	// holder releases it once a stop succeeds, or an operator clears it.
 	// In an Action's Record for Renew, it is the state to write.
 	StopFailed bool
-	// Disabled: the record's state is `disabled`: an operator disabled the
-	// lease cluster-wide. No node acquires it, however old; its holder's
-	// next renewal finds it another's and stops at once.
-	Disabled bool
 	// LeaseSpan is the writer's lease span, as its record says (0: not
 	// said). A standby waits the longer of it and its own: a holder
 	// configured with a longer span may run its unit that much longer.
@@ -124,10 +120,6 @@ func (r Record) String() string {
 		return fmt.Sprintf("%s %s under lease %s by %s at version %d", r.Other.Unit, how, r.Other.Lease, r.Holder, r.Version)
 	case r.Released:
 		return fmt.Sprintf("released by %s at version %d", r.Holder, r.Version)
-	case r.Disabled:
-		return fmt.Sprintf("disabled by %s at version %d", r.Holder, r.Version)
-	case r.StopFailed:
-		return fmt.Sprintf("stop_failed on %s at version %d", r.Holder, r.Version)
 	}
 	return fmt.Sprintf("held by %s at version %d", r.Holder, r.Version)
 }

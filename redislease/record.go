@@ -21,10 +21,6 @@ const (
 	// units: no standby acquires over it, however old, until its holder
 	// stops them and releases it, or an operator clears it (Store.Clear).
 	StateStopFailed = "stop_failed"
-	// StateDisabled is an operator's record (`unitlease disable`): no node
-	// holds the lease or acquires it, however old the record, until an
-	// operator enables it again (Store.Enable). Written without a TTL.
-	StateDisabled = "disabled"
 )
 
 // A lease key's value is a record: JSON written only by this package's
@@ -36,7 +32,7 @@ const (
 // version rises by one with every successful write; token is fresh for
 // every acquisition, and only its holder knows it, so only it can renew or
 // release; state is held, stop_failed (held by a node that could not stop
-// its units), released, or disabled (an operator's: nobody may hold it); lease_span_ms is the writer's lease
+// its units) or released; lease_span_ms is the writer's lease
 // span, so a standby configured with a shorter one can wait the longer of
 // the two. Decode reads it into a policy.Record, the one shape a record
 // has in unitlease, with the exact bytes in Raw.
@@ -50,23 +46,21 @@ type wire struct {
 	LeaseSpanMS uint64 `json:"lease_span_ms"`
 }
 
-// StateOf is a present record's state: StateHeld, StateStopFailed,
-// StateReleased or StateDisabled.
+// StateOf is a present record's state: StateHeld, StateStopFailed or
+// StateReleased.
 func StateOf(r policy.Record) string {
 	switch {
 	case r.Released:
 		return StateReleased
 	case r.StopFailed:
 		return StateStopFailed
-	case r.Disabled:
-		return StateDisabled
 	}
 	return StateHeld
 }
 
 // knownState reports whether s is a record's state.
 func knownState(s string) bool {
-	return s == StateHeld || s == StateReleased || s == StateStopFailed || s == StateDisabled
+	return s == StateHeld || s == StateReleased || s == StateStopFailed
 }
 
 // ErrGarbage reports a value in a lease key that is not a record this
@@ -150,7 +144,7 @@ func Decode(key, raw string) (policy.Record, error) {
 
 func (w wire) record(raw string) policy.Record {
 	return policy.Record{Present: true, Raw: raw, Holder: w.Holder, Token: w.Token, Version: w.Version,
-		Released: w.State == StateReleased, StopFailed: w.State == StateStopFailed, Disabled: w.State == StateDisabled,
+		Released: w.State == StateReleased, StopFailed: w.State == StateStopFailed,
 		LeaseSpan: time.Duration(w.LeaseSpanMS) * time.Millisecond}
 }
 
@@ -257,7 +251,7 @@ func decodeJSON(key, raw string) (wire, error) {
 	case !validToken(r.Token):
 		return bad("token is not %d lowercase hex digits", tokenLen)
 	case !knownState(r.State):
-		return bad("state %q is none of %q, %q, %q and %q", r.State, StateHeld, StateStopFailed, StateReleased, StateDisabled)
+		return bad("state %q is none of %q, %q and %q", r.State, StateHeld, StateStopFailed, StateReleased)
 	case r.LeaseSpanMS > maxLeaseSpanMS:
 		return bad("lease_span_ms %d is above %d, the longest lease span (%v): a standby would wait that long", r.LeaseSpanMS, maxLeaseSpanMS, policy.MaxDuration)
 	}

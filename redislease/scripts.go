@@ -67,8 +67,7 @@ local function decode(raw)
   if not ok or type(rec) ~= 'table' or type(rec.version) ~= 'number' or
      rec.version < 1 or rec.version ~= math.floor(rec.version) or
      type(rec.holder) ~= 'string' or type(rec.token) ~= 'string' or
-     (rec.state ~= 'held' and rec.state ~= 'released' and rec.state ~= 'stop_failed' and
-      rec.state ~= 'disabled') then return nil end
+     (rec.state ~= 'held' and rec.state ~= 'released' and rec.state ~= 'stop_failed') then return nil end
   return rec
 end
 ` + unitLua
@@ -141,9 +140,8 @@ local version = tonumber(ARGV[5])
 if cur then
   local rec = decode(cur)
   if not rec then return {'garbage', cur} end
-  -- Its holder could not stop the units, or an operator disabled the
-  -- lease: never acquired over.
-  if rec.state == 'stop_failed' or rec.state == 'disabled' then return {'conflict', cur} end
+  -- Its holder could not stop the units: never acquired over.
+  if rec.state == 'stop_failed' then return {'conflict', cur} end
   if rec.version > version then version = rec.version end
 end
 local now = nowms()
@@ -348,46 +346,3 @@ elseif cur ~= ARGV[1] then
   return {'conflict'}
 end
 ` + overwriteLua)
-
-// disableScript is `unitlease disable`: KEYS[1] lease key. ARGV: holder
-// (the operator's node), token, version, events channel. It writes a
-// disabled record over whatever record is there, or over a missing key,
-// with no TTL, above every version (and the server's clock, as acquire),
-// and publishes it: the holder's next renewal finds another's record and
-// stops at once, and no node acquires it. A stop_failed record is left
-// alone ({'stop_failed', cur}: its units may still run; clear it first),
-// garbage too ({'garbage', cur}), and a disabled one is kept as it is.
-var disableScript = redis.NewScript(recordLua + `
-local cur = getv(KEYS[1])
-local version = tonumber(ARGV[3])
-if cur then
-  local rec = decode(cur)
-  if not rec then return {'garbage', cur} end
-  if rec.state == 'stop_failed' then return {'stop_failed', cur} end
-  if rec.state == 'disabled' then return {'ok', cur} end
-  if rec.version >= version then version = rec.version + 1 end
-end
-local now = nowms() + 1
-if now > version then version = now end
-local new = record(ARGV[1], version, ARGV[2], 'disabled', '0')
-redis.call('SET', KEYS[1], new)
-redis.call('PUBLISH', ARGV[4], new)
-return {'ok', new}
-`)
-
-// enableScript is `unitlease enable`: KEYS[1] lease key. ARGV: holder,
-// token, ttl ms, events channel. It replaces a disabled record with a
-// released one in the operator's name and a fresh token, so standbys age
-// it for a lease span (a holder cut off from Redis when the lease was
-// disabled may run until its own deadline) before one acquires. Any other
-// value is a conflict.
-var enableScript = redis.NewScript(recordLua + `
-local cur = getv(KEYS[1])
-if not cur then return {'conflict'} end
-local rec = decode(cur)
-if not rec or rec.state ~= 'disabled' then return {'conflict', cur} end
-local new = record(ARGV[1], rec.version + 1, ARGV[2], 'released', '0')
-redis.call('SET', KEYS[1], new, 'PX', ARGV[3])
-redis.call('PUBLISH', ARGV[4], new)
-return {'ok', new}
-`)

@@ -523,65 +523,6 @@ func (s *Store) OverwriteOdd(ctx context.Context, name string, odd *Odd) (policy
 	return s.reply(name, server, reply, nil)
 }
 
-// ErrStopFailed: Disable found the lease's holder unable to stop its
-// units: disabling it would lift that barrier; clear it first.
-var ErrStopFailed = errors.New("stop_failed")
-
-// ErrNotDisabled: Enable found the lease in another state than disabled.
-var ErrNotDisabled = errors.New("not disabled")
-
-// Disable is `unitlease disable`: a disabled record in this node's name
-// over whatever record the lease has (or none), with no TTL, published:
-// the holder's next renewal finds another's record and stops its units
-// at once, and no node acquires the lease until Enable. A lease already
-// disabled is left as it is. It refuses a stop_failed record
-// (ErrStopFailed) and garbage. It returns the disabled record.
-func (s *Store) Disable(ctx context.Context, name string) (policy.Record, error) {
-	if _, err := escapeLease(name); err != nil {
-		return policy.Record{}, err
-	}
-	token, err := newToken()
-	if err != nil {
-		return policy.Record{}, err
-	}
-	reply, server, err := s.run(ctx, disableScript, name, nil, s.node, token, s.floorOf(name)+1, s.Channel(name))
-	if err != nil {
-		return policy.Record{}, err
-	}
-	if status, _ := reply[0].(string); status == "stop_failed" {
-		raw, _ := reply[1].(string)
-		cur, _ := s.observed(name, raw)
-		return policy.Record{}, fmt.Errorf("lease %s: %w on %s: its units may still run there, and disabling it would let the lease be taken once enabled; clean that node up and run unitlease clear first", name, ErrStopFailed, cur.Holder)
-	}
-	return s.reply(name, server, reply, nil)
-}
-
-// Enable is `unitlease enable`: it replaces a disabled record with a
-// released one in this node's name and a fresh token; standbys take it
-// after a lease span unchanged. Any other state is ErrNotDisabled.
-func (s *Store) Enable(ctx context.Context, name string) (policy.Record, error) {
-	if _, err := escapeLease(name); err != nil {
-		return policy.Record{}, err
-	}
-	token, err := newToken()
-	if err != nil {
-		return policy.Record{}, err
-	}
-	reply, server, err := s.run(ctx, enableScript, name, nil, s.node, token, s.TTL().Milliseconds(), s.Channel(name))
-	if err != nil {
-		return policy.Record{}, err
-	}
-	rec, err := s.reply(name, server, reply, nil)
-	if c, ok := errors.AsType[*ConflictError](err); ok {
-		state := "missing"
-		if c.Current.Present {
-			state = StateOf(c.Current)
-		}
-		return policy.Record{}, fmt.Errorf("lease %s is %s, %w", name, state, ErrNotDisabled)
-	}
-	return rec, err
-}
-
 // ErrNotStopFailed: Clear found the lease's record in another state than
 // stop_failed.
 var ErrNotStopFailed = errors.New("not stop_failed")

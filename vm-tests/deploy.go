@@ -244,9 +244,7 @@ func (d *Deployment) Violations() []WitnessRecord {
 type Status struct {
 	Role         string
 	Holding      bool
-	Holder       string
 	Version      uint64
-	LeaseAge     time.Duration `json:"lease_age_ns"`     // a standby: how long the record has been unchanged
 	DeadlineLeft time.Duration `json:"deadline_left_ns"` // a holder's time left before it must stop
 }
 

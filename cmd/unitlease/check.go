@@ -324,8 +324,8 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 	return true
 }
 
-// packagedWatchdogInterval is the packaged unitlease.service's WatchdogSec=.
-const packagedWatchdogInterval = 2 * time.Second
+// PackagedWatchdogSec is the packaged unitlease.service's WatchdogSec=.
+const PackagedWatchdogSec = 2 * time.Second
 
 // packagedWatchdog reads systemd as it is but for WatchdogSec=, which it
 // takes to be the packaged one: systemd reports none for a stopped
@@ -333,7 +333,7 @@ const packagedWatchdogInterval = 2 * time.Second
 type packagedWatchdog struct{ daemon.WatchdogReader }
 
 func (packagedWatchdog) Watchdog(context.Context, string) (time.Duration, error) {
-	return packagedWatchdogInterval, nil
+	return PackagedWatchdogSec, nil
 }
 
 // clearStopFailed releases a lease whose record is stop_failed (its
@@ -430,45 +430,4 @@ func (c *checker) timeline(cfg *config.Config) {
 // see it over, and the acquisition's reply.
 func CrashBound(t policy.Timing) time.Duration {
 	return t.LeaseSpan + 2*t.PollMax + 4*t.ReplyMax
-}
-
-// disableLease disables a lease cluster-wide, printing who held it.
-func disableLease(cfg *config.Config, lease string, out io.Writer) error {
-	store, err := redislease.New(cfg.RedisConfig())
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	was, _ := store.Observe(ctx, lease) // for the message only
-	rec, err := store.Disable(ctx, lease)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "lease %s: disabled at version %d by %s\n", lease, rec.Version, rec.Holder)
-	if was.Present && !was.Released && !was.Disabled {
-		fmt.Fprintf(out, "its holder %s stops its units at its next renewal (within retry %v; at its own deadline if it is cut off from Redis)\n",
-			inert.Text(was.Holder), cfg.Timing.Retry)
-	}
-	fmt.Fprintf(out, "no node takes it until: unitlease enable %s\n", lease)
-	return nil
-}
-
-// enableLease lets a disabled lease be taken again.
-func enableLease(cfg *config.Config, lease string, out io.Writer) error {
-	store, err := redislease.New(cfg.RedisConfig())
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rec, err := store.Enable(ctx, lease)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "lease %s: enabled (released at version %d); a standby takes it once it has seen it unchanged for the lease span (%v)\n",
-		lease, rec.Version, cfg.Timing.LeaseSpan)
-	return nil
 }

@@ -55,18 +55,6 @@ The operator's word that the units of a lease whose holder could not stop
 them (stop_failed) are gone from that node: release the lease in the
 holder's name, so that a standby takes it at once. Refused for a lease in any
 other state.`},
-	{name: "disable", args: "[--config FILE] LEASE", summary: "stop a lease's units wherever they run and keep them stopped everywhere", hasFlags: true, help: `
-Disable a lease cluster-wide: write a disabled record in Redis in this
-node's name. The holder's next renewal (within retry) finds it and stops the
-lease's units at once; no node takes the lease, across restarts and
-reboots, until unitlease enable. A lease whose holder could not stop its
-units (stop_failed) is refused: clear it first. Runs on any node; the
-daemon need not run here.`},
-	{name: "enable", args: "[--config FILE] LEASE", summary: "let a disabled lease be taken again", hasFlags: true, help: `
-Enable a disabled lease: replace its disabled record with a released one.
-A standby takes it once it has seen that record unchanged for the lease
-span (a holder cut off from Redis when the lease was disabled may run
-until its own deadline, which the lease span covers).`},
 	{name: "version", summary: "print the version", help: `
 Print unitlease's version.`},
 	{name: "help", args: "[COMMAND]", summary: "this list, or a command's help", help: `

@@ -62,8 +62,7 @@ func init() {
 	// Set here: the table is read by cmdHelp, which it lists.
 	for i, f := range map[string]func([]string, io.Writer, io.Writer) int{
 		"run": cmdRun, "status": cmdStatus, "handoff": cmdHandoff, "check": cmdCheck,
-		"guard": cmdGuard, "reset": cmdReset, "clear": cmdClear, "disable": cmdDisable, "enable": cmdEnable,
-		"version": cmdVersion, "help": cmdHelp,
+		"guard": cmdGuard, "reset": cmdReset, "clear": cmdClear, "version": cmdVersion, "help": cmdHelp,
 	} {
 		c := slices.IndexFunc(commands, func(c command) bool { return c.name == i })
 		commands[c].run = f
@@ -166,43 +165,50 @@ func cmdHandoff(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdReset(args []string, stdout, stderr io.Writer) int {
-	return leaseCommand("reset", resetGarbage, args, stdout, stderr)
-}
-
-func cmdClear(args []string, stdout, stderr io.Writer) int {
-	return leaseCommand("clear", clearStopFailed, args, stdout, stderr)
-}
-
-func cmdDisable(args []string, stdout, stderr io.Writer) int {
-	return leaseCommand("disable", disableLease, args, stdout, stderr)
-}
-
-func cmdEnable(args []string, stdout, stderr io.Writer) int {
-	return leaseCommand("enable", enableLease, args, stdout, stderr)
-}
-
-// leaseCommand runs a command that takes [--config FILE] LEASE and acts on
-// the lease's record in Redis, from any node, with no daemon.
-func leaseCommand(name string, act func(*config.Config, string, io.Writer) error, args []string, stdout, stderr io.Writer) int {
 	var path string
-	fs, ok := flags(name, args, stderr, func(fs *flag.FlagSet) {
+	fs, ok := flags("reset", args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
 	})
 	if !ok || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, mustLookup(name).synopsis())
+		fmt.Fprintln(stderr, mustLookup("reset").synopsis())
 		return 2
 	}
 	if err := unitctl.ValidLeaseName(fs.Arg(0)); err != nil {
-		fmt.Fprintf(stderr, "unitlease %s: lease %v\n", name, err)
+		fmt.Fprintln(stderr, "unitlease reset: lease", err)
 		return 2
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "unitlease %s: %v\n", name, err)
+		fmt.Fprintln(stderr, "unitlease reset:", err)
 		return 1
 	}
-	if err := act(cfg, fs.Arg(0), stdout); err != nil {
-		fmt.Fprintf(stderr, "unitlease %s: %v\n", name, err)
+	if err := resetGarbage(cfg, fs.Arg(0), stdout); err != nil {
+		fmt.Fprintln(stderr, "unitlease reset:", err)
+		return 1
+	}
+	return 0
+}
+
+func cmdClear(args []string, stdout, stderr io.Writer) int {
+	var path string
+	fs, ok := flags("clear", args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
+	})
+	if !ok || fs.NArg() != 1 {
+		fmt.Fprintln(stderr, mustLookup("clear").synopsis())
+		return 2
+	}
+	if err := unitctl.ValidLeaseName(fs.Arg(0)); err != nil {
+		fmt.Fprintln(stderr, "unitlease clear: lease", err)
+		return 2
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlease clear:", err)
+		return 1
+	}
+	if err := clearStopFailed(cfg, fs.Arg(0), stdout); err != nil {
+		fmt.Fprintln(stderr, "unitlease clear:", err)
 		return 1
 	}
 	return 0

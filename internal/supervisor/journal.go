@@ -43,9 +43,6 @@ func (s *Supervisor) message(j policy.Journal, before policy.State, ev policy.Ev
 	case policy.JournalRenewFailed:
 		return fmt.Sprintf("%s: no renewal of lease %s within renew_deadline: stopping", units, s.Lease)
 	case policy.JournalLost:
-		if ev.Record.Disabled {
-			return fmt.Sprintf("%s: lease %s was disabled by %s (unitlease disable): stopping at once; no node takes it until unitlease enable", units, s.Lease, ev.Record.Holder)
-		}
 		return fmt.Sprintf("%s: lease %s is %s: stopping at once", units, s.Lease, ev.Record)
 	case policy.JournalStopping:
 		return fmt.Sprintf("%s: stopping (%s)", units, s.machine.Cause())
