@@ -324,8 +324,8 @@ func (c *checker) watchdog(ctx context.Context, cfg *config.Config) bool {
 	return true
 }
 
-// PackagedWatchdogSec is the packaged unitlease.service's WatchdogSec=.
-const PackagedWatchdogSec = 2 * time.Second
+// packagedWatchdogInterval is the packaged unitlease.service's WatchdogSec=.
+const packagedWatchdogInterval = 2 * time.Second
 
 // packagedWatchdog reads systemd as it is but for WatchdogSec=, which it
 // takes to be the packaged one: systemd reports none for a stopped
@@ -333,7 +333,7 @@ const PackagedWatchdogSec = 2 * time.Second
 type packagedWatchdog struct{ daemon.WatchdogReader }
 
 func (packagedWatchdog) Watchdog(context.Context, string) (time.Duration, error) {
-	return PackagedWatchdogSec, nil
+	return packagedWatchdogInterval, nil
 }
 
 // clearStopFailed releases a lease whose record is stop_failed (its
