@@ -1,6 +1,8 @@
 package unitctl
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -34,7 +36,10 @@ type Config struct {
 
 // EnvFile is the environment file of unit: EnvDir and the unit's name
 // with every byte but letters, digits, '.', '@' and '-' written as _XX
-// (hex), so that no name needs escaping in a unit file.
+// (hex), so that no name needs escaping in a unit file. A name that would
+// come out longer than maxEnvName (a file name has at most 255 bytes,
+// and the temporary file WriteEnv renames adds to it) is its SHA-256
+// instead: "h_" and 64 hex digits, which no escaped name begins with.
 func (c Config) EnvFile(unit string) string {
 	var b strings.Builder
 	for i := 0; i < len(unit); i++ {
@@ -45,8 +50,18 @@ func (c Config) EnvFile(unit string) string {
 			fmt.Fprintf(&b, "_%02x", ch)
 		}
 	}
-	return filepath.Join(c.withDefaults().EnvDir, b.String()+".env")
+	name := b.String()
+	if len(name) > maxEnvName {
+		sum := sha256.Sum256([]byte(unit))
+		name = "h_" + hex.EncodeToString(sum[:])
+	}
+	return filepath.Join(c.withDefaults().EnvDir, name+".env")
 }
+
+// maxEnvName bounds an escaped unit name in EnvFile: with ".env" and the
+// temporary file's "." prefix and ".env.tmp-" and ten digits of suffix,
+// the longest name stays within 255 bytes.
+const maxEnvName = 200
 
 // DropInName is the file name of the drop-in. systemd applies all of a
 // unit's drop-ins, from every directory (/etc, /run, /usr/lib, and the

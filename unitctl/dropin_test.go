@@ -136,7 +136,7 @@ func TestWriteEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(c.EnvFile("vpn.service"))
-	if err != nil || string(data) != "UNITLEASE_LEASE=vpn\nUNITLEASE_NODE=gw-1\nUNITLEASE_TOKEN=1796122716151\n" {
+	if err != nil || string(data) != "UNITLEASE_LEASE='vpn'\nUNITLEASE_NODE='gw-1'\nUNITLEASE_TOKEN='1796122716151'\n" {
 		t.Fatalf("%q %v", data, err)
 	}
 	if err := WriteEnv(c, "vpn.service", [][2]string{{"X", "a\nY=b"}}); err == nil {

@@ -150,17 +150,18 @@ func (s *Systemd) WriteEnv(cfg Config, unit string, env [][2]string) error {
 }
 
 // WriteEnv writes unit's environment file (Config.EnvFile), which its
-// drop-in names in EnvironmentFile=: one NAME=VALUE line per pair, through
-// a rename, so a start never reads half of it. The values are unitlease's
-// own (a lease name, a node name, a number): no quoting is needed, and
-// a value with a newline or a quote is refused.
+// drop-in names in EnvironmentFile=: one NAME='VALUE' line per pair,
+// through a rename, so a start never reads half of it. systemd reads a
+// single-quoted value as it is, backslashes included (a lease name may
+// hold systemd's \x2d escapes); a value with a single quote or a line
+// break, which no lease, node or token has, is refused.
 func WriteEnv(cfg Config, unit string, env [][2]string) error {
 	var b strings.Builder
 	for _, kv := range env {
-		if strings.ContainsAny(kv[1], "\n\r\"'\\$`") {
-			return fmt.Errorf("unitctl: environment of %s: %s=%q needs quoting", unit, kv[0], kv[1])
+		if strings.ContainsAny(kv[1], "'\n\r") {
+			return fmt.Errorf("unitctl: environment of %s: %s=%q cannot be quoted", unit, kv[0], kv[1])
 		}
-		fmt.Fprintf(&b, "%s=%s\n", kv[0], kv[1])
+		fmt.Fprintf(&b, "%s='%s'\n", kv[0], kv[1])
 	}
 	if err := writeAtomic(cfg.EnvFile(unit), []byte(b.String())); err != nil {
 		return fmt.Errorf("unitctl: environment of %s: %w", unit, err)
