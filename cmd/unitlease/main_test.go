@@ -232,7 +232,7 @@ func TestStatusJSON(t *testing.T) {
 	if code != 0 || stderr != "" {
 		t.Fatalf("status --json: exit code %d, stderr %q", code, stderr)
 	}
-	if want := "{\n  \"node\": \"node-a\",\n"; !strings.HasPrefix(stdout, want) {
+	if want := "{\n  \"schema\": 0,\n  \"node\": \"node-a\",\n"; !strings.HasPrefix(stdout, want) {
 		t.Errorf("status --json printed %q, want it indented, beginning %q", stdout, want)
 	}
 	dec := json.NewDecoder(strings.NewReader(stdout))

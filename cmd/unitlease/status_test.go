@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +139,90 @@ func TestStatusEscapesWhatRedisNames(t *testing.T) {
 	out := b.String()
 	if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `"evil\x1b]0;pwned\a\x1b[2J"`) {
 		t.Fatalf("status printed:\n%q", out)
+	}
+}
+
+// statusJSONKeys are the keys of `unitlease status --json`, schema 1, as
+// unitlease(8) documents them.
+var statusJSONKeys = []string{
+	"schema", "node",
+	"leases[].lease", "leases[].units", "leases[].node", "leases[].role", "leases[].holding", "leases[].holder",
+	"leases[].version", "leases[].lease_age_ns", "leases[].deadline_left_ns", "leases[].reason", "leases[].unit_states", "leases[].since",
+	"cluster[].lease", "cluster[].holder", "cluster[].version", "cluster[].state", "cluster[].watchers", "cluster[].error",
+	"errors",
+	"timing.lease_span_ns", "timing.retry_ns", "timing.renew_deadline_ns", "timing.stop_wait_ns",
+	"problems[].unit", "problems[].lease", "problems[].kind", "problems[].msg",
+}
+
+// TestStatusJSONSchema pins `status --json`: schema 1 has exactly these
+// keys, and unitlease(8) documents each. A change to either fails here
+// (and a renamed or removed key needs a new schema version).
+func TestStatusJSONSchema(t *testing.T) {
+	snap := fixtureSnapshot()
+	snap.Schema = control.Schema
+	snap.Leases[1].Reason = "x"
+	snap.Cluster[0].Error = "x"
+	snap.Problems = []control.UnitProblem{{Unit: "u", Lease: "l", Kind: "refused", Msg: "m"}}
+	data, err := json.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				p := k
+				if prefix != "" {
+					p = prefix + "." + k
+				}
+				switch e.(type) {
+				case map[string]any, []any:
+					if arr, ok := e.([]any); ok && len(arr) > 0 {
+						if _, isObj := arr[0].(map[string]any); isObj {
+							walk(p+"[]", arr[0])
+							continue
+						}
+					}
+					if _, isObj := e.(map[string]any); isObj {
+						walk(p, e)
+						continue
+					}
+				}
+				got[p] = true
+			}
+		}
+	}
+	walk("", v)
+	want := map[string]bool{}
+	for _, k := range statusJSONKeys {
+		want[k] = true
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("status --json has %q, which schema %d does not list", k, control.Schema)
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("status --json lacks %q", k)
+		}
+	}
+	if control.Schema != 1 {
+		t.Errorf("schema %d: update statusJSONKeys and unitlease(8)", control.Schema)
+	}
+	man, err := os.ReadFile("../../packaging/man/unitlease.8.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range statusJSONKeys {
+		if !strings.Contains(string(man), "**"+k+"**") {
+			t.Errorf("unitlease(8) does not document %q", k)
+		}
 	}
 }

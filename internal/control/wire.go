@@ -28,8 +28,14 @@ type Service interface {
 	Guard(ctx context.Context, unit string) error
 }
 
+// Schema is the version of Snapshot's JSON (`unitlease status --json`):
+// it changes when a field is renamed, removed or changes meaning; new
+// fields may be added within a version.
+const Schema = 1
+
 // Snapshot is this node's view and the cluster's.
 type Snapshot struct {
+	Schema  int           `json:"schema"` // Schema
 	Node    string        `json:"node"`
 	Leases  []LeaseStatus `json:"leases"`
 	Cluster []ClusterRow  `json:"cluster"`

@@ -12,7 +12,7 @@ import (
 // Snapshot is this node's supervisors and the leases in Redis.
 func (d *Daemon) Snapshot(ctx context.Context) control.Snapshot {
 	t := d.cfg.Timing
-	snap := control.Snapshot{Node: d.cfg.Node, Timing: control.TimingSummary{LeaseSpan: t.LeaseSpan, Retry: t.Retry, RenewDeadline: t.RenewDeadline, StopWait: t.StopWait}}
+	snap := control.Snapshot{Schema: control.Schema, Node: d.cfg.Node, Timing: control.TimingSummary{LeaseSpan: t.LeaseSpan, Retry: t.Retry, RenewDeadline: t.RenewDeadline, StopWait: t.StopWait}}
 	for _, s := range d.supervisors() {
 		snap.Leases = append(snap.Leases, leaseStatus(s.Status(), d.unitStates(ctx, s.Units)))
 	}
