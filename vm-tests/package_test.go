@@ -303,7 +303,7 @@ var pkgConfigKeys = []string{
 	"redis.url", "redis.username", "redis.password_file", "redis.key_prefix",
 	"redis.ca_file", "redis.cert_file", "redis.key_file", "redis.pool_size",
 	"redis.sentinels", "redis.master_name", "redis.db", "redis.tls", "redis.sentinel_username", "redis.sentinel_password_file",
-	"timing.retry", "timing.renew_deadline", "timing.stop_wait", "timing.reply_max",
+	"timing.profile", "timing.retry", "timing.renew_deadline", "timing.stop_wait", "timing.reply_max",
 	"timing.poll_min", "timing.poll_max", "timing.lease_span",
 }
 
