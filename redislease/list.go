@@ -49,7 +49,7 @@ func (s *Store) scan(ctx context.Context, pattern string, f func(key string, v a
 	for len(keys) > 0 {
 		batch := keys[:min(len(keys), 500)]
 		keys = keys[len(batch):]
-		reply, err := readScript.Run(ctx, s.rdb, batch, MaxValue, flag(false)).Slice()
+		reply, err := readScript.Run(ctx, s.rdb, batch, flag(false)).Slice()
 		if err != nil {
 			return permission(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -191,7 +192,7 @@ func (s *Store) read(ctx context.Context, keys []string) ([]any, string, error) 
 
 func (s *Store) readProbe(ctx context.Context, keys []string, probe bool) ([]any, string, error) {
 	cmd, server, err := s.batch.do(ctx, func(p redis.Pipeliner) redis.Cmder {
-		return readScript.Eval(ctx, p, keys, MaxValue, flag(probe))
+		return readScript.Eval(ctx, p, keys, flag(probe))
 	})
 	var reply []any
 	if err == nil {
@@ -205,20 +206,22 @@ func (s *Store) readProbe(ctx context.Context, keys []string, probe bool) ([]any
 }
 
 // readReply checks readScript's reply for keys, and turns each odd value
-// into an *Odd.
+// (a marker, which getv never returns for anything else) into an *Odd.
 func readReply(keys []string, reply []any) ([]any, error) {
 	if len(reply) != len(keys) {
 		return nil, fmt.Errorf("read %d values for %d keys", len(reply), len(keys))
 	}
 	for i, v := range reply {
 		switch v := v.(type) {
-		case nil, string:
-		case []any:
-			odd, ok := parseOdd(v)
-			if !ok {
-				return nil, fmt.Errorf("read %s: unexpected reply %v", keys[i], v)
+		case nil:
+		case string:
+			if rest, ok := strings.CutPrefix(v, oddPrefix); ok {
+				odd, ok := parseOdd(rest)
+				if !ok {
+					return nil, fmt.Errorf("read %s: unexpected reply %q", keys[i], v)
+				}
+				reply[i] = odd
 			}
-			reply[i] = odd
 		default:
 			return nil, fmt.Errorf("read %s: unexpected reply %v", keys[i], v)
 		}
@@ -226,13 +229,11 @@ func readReply(keys []string, reply []any) ([]any, error) {
 	return reply, nil
 }
 
-// readScript reads KEYS (a lease key, then its unit keys): for each its
-// value, nil (false) when it is missing, or {type, length, first 64
-// bytes} when it holds another type than a string, a string longer than
-// ARGV[1] bytes, or one that begins as a marker does (the scripts' getv
-// reads the same). ARGV[2] "1" probes the ACL (Ping).
-var readScript = redis.NewScript(`
-if ARGV[2] == '1' then
+// readScript reads KEYS (a lease key, then its unit keys) with getv, as
+// every script reads them: for each its value, nil (false) when it is
+// missing, or an odd value's marker. ARGV[1] "1" probes the ACL (Ping).
+var readScript = redis.NewScript(recordLua + `
+if ARGV[1] == '1' then
   -- Ping's probe: every command an observation may need, on a key no
   -- lease has, so that a user who may not run one is told at once.
   redis.call('STRLEN', KEYS[1])
@@ -241,20 +242,7 @@ if ARGV[2] == '1' then
 end
 local out = {}
 for i, k in ipairs(KEYS) do
-  local t = redis.call('TYPE', k)['ok']
-  if t == 'none' then
-    out[i] = false
-  elseif t ~= 'string' then
-    out[i] = {t, 0, ''}
-  else
-    local n = redis.call('STRLEN', k)
-    local v = n <= tonumber(ARGV[1]) and redis.call('GET', k)
-    if not v or string.sub(v, 1, 5) == '\0odd:' then
-      out[i] = {t, n, redis.call('GETRANGE', k, 0, 63)}
-    else
-      out[i] = v
-    end
-  end
+  out[i] = getv(k)
 end
 return out
 `)
@@ -273,14 +261,15 @@ type Odd struct {
 	Head string // a string's first 64 bytes
 }
 
-func parseOdd(v []any) (*Odd, bool) {
-	if len(v) != 3 {
-		return nil, false
-	}
-	t, ok1 := v[0].(string)
-	n, ok2 := v[1].(int64)
-	h, ok3 := v[2].(string)
-	return &Odd{Type: t, Size: n, Head: h}, ok1 && ok2 && ok3 && t != ""
+// oddPrefix begins every marker (Odd.marker, the scripts' getv).
+const oddPrefix = "\x00odd:"
+
+// parseOdd reads a marker without its prefix: TYPE:LENGTH:HEAD.
+func parseOdd(m string) (*Odd, bool) {
+	t, rest, ok1 := strings.Cut(m, ":")
+	n, head, ok2 := strings.Cut(rest, ":")
+	size, err := strconv.ParseInt(n, 10, 64)
+	return &Odd{Type: t, Size: size, Head: head}, ok1 && ok2 && err == nil && t != ""
 }
 
 func (o *Odd) String() string {
@@ -294,7 +283,7 @@ func (o *Odd) String() string {
 // when the type, length or first bytes do, so a standby ages it like any
 // other value, and it is never a record.
 func (o *Odd) marker() string {
-	return fmt.Sprintf("\x00odd:%s:%d:%s", o.Type, o.Size, o.Head)
+	return fmt.Sprintf("%s%s:%d:%s", oddPrefix, o.Type, o.Size, o.Head)
 }
 
 // garbage is what Observe returns for an odd value at key.

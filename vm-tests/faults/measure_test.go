@@ -295,7 +295,7 @@ func TestScenarioWithAnErrorFails(t *testing.T) {
 
 func TestConfirmWaitMatchesPolicy(t *testing.T) {
 	// policy's README: the confirm wait at the defaults is 16.033 s.
-	if got := confirmWait(policy.DefaultTiming()); got != 16033*ms {
+	if got := policy.DefaultTiming().ConfirmWait(); got != 16033*ms {
 		t.Errorf("confirmWait(defaults) = %v, want 16.033s", got)
 	}
 }

@@ -66,20 +66,6 @@ func timingTable(t policy.Timing) string {
 		t.Retry, t.RenewDeadline, t.StopWait, t.ReplyMax, t.PollMin, t.PollMax)
 }
 
-// confirmWait is how long a node that acquired over a missing key waits
-// before it may start (policy's confirm wait, which is unexported): the
-// observe gap poll_max + 2·reply_max + SchedulingDelay, stretched by
-// (1+ρ)/(1−ρ) and rounded to the first whole millisecond above.
-func confirmWait(t policy.Timing) time.Duration {
-	gap := t.PollMax + 2*t.ReplyMax + policy.SchedulingDelay
-	const million = 1_000_000
-	us := int64((gap + time.Microsecond - 1) / time.Microsecond)
-	num := us * (million + policy.DriftPPM)
-	den := int64(million - policy.DriftPPM)
-	scaled := (num + den - 1) / den
-	return (time.Duration(scaled)/1000 + 1) * time.Millisecond
-}
-
 // The bounds on the time with no copy running. start is the new copy's
 // activation as systemd ran it (from beginning the start job, the guard included,
 // until the witness logged its start).

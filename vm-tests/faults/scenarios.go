@@ -233,7 +233,7 @@ func (e *env) open(sc scenario) (*session, error) {
 		s.stopRedis()
 		return nil, err
 	}
-	s.b = bounds{leaseSpan: resolved.LeaseSpan, pollMax: t.PollMax, confirm: confirmWait(t)}
+	s.b = bounds{leaseSpan: resolved.LeaseSpan, pollMax: t.PollMax, confirm: t.ConfirmWait()}
 	s.limit = 2*(s.b.leaseSpan+s.b.confirm+t.PollMax+t.Retry+t.RenewDeadline+t.StopWait) + time.Minute
 	s.d, err = vmtests.DeployPackage(e.ctx, e.c.Nodes, vmtests.PackageOptions{
 		Witness: e.witness, RedisAddr: redisAddr, Redis: s.redisTable(), Timing: timing, SharedDir: e.shared,
