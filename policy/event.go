@@ -1,5 +1,7 @@
 package policy
 
+import "time"
+
 // EventKind names what happened. The daemon reports the result of every
 // action it was given as exactly one event: a store request's within
 // reply_max of its send (a later reply does not count: report the failure,
@@ -60,6 +62,21 @@ const (
 	Ineligible
 	// Eligible: the node may run the unit again.
 	Eligible
+	// Withdraw: this node stops competing for the lease (it is drained,
+	// or the unit failed here too often): it acquires nothing until
+	// Compete, and gives back an acquisition already made whose unit has
+	// not started; a unit it runs keeps running (the daemon hands it off
+	// if it wants it moved).
+	Withdraw
+	// Compete: the node competes for the lease again.
+	Compete
+	// Defer: a standby waits Delay longer than it otherwise would before
+	// it acquires (after a release as after the lease span): a more
+	// preferred node is ready to take the lease. Zero ends the deferral.
+	Defer
+	// ReleaseLost: the release found the record not this node's (held or
+	// released by another, missing, or garbage): definitive.
+	ReleaseLost
 	numEvents
 )
 
@@ -70,6 +87,7 @@ var eventNames = []string{
 	"release_ok", "release_failed",
 	"unit_started", "unit_start_failed", "unit_failed", "unit_stopped", "unit_stop_failed",
 	"handoff_requested", "nudge", "ineligible", "eligible",
+	"withdraw", "compete", "defer", "release_lost",
 }
 
 func (k EventKind) String() string { return name(eventNames, "event", uint8(k)) }
@@ -83,6 +101,11 @@ type Event struct {
 	// Cause of a HandoffRequested other than a planned handoff: only
 	// CauseUnmanaged (the daemon stops managing the lease here).
 	Cause Cause
+	// To, on a planned HandoffRequested, names the node the released
+	// record offers the lease to (Record.Next); "" offers it to any.
+	To string
+	// Delay, on Defer, is how much longer the standby waits.
+	Delay time.Duration
 }
 
 func (e Event) String() string {

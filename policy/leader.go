@@ -78,6 +78,7 @@ func (m *Machine) renewed(r Record) {
 	}
 	m.held, m.anchor, m.attempts = r, m.reqAt, 0
 	m.blockShown = m.blockShown || m.blockSent
+	m.marked = m.marked && m.blockSent
 	switch {
 	case m.state == Confirming && moved:
 		// Another server: what the node confirmed so far may be an

@@ -26,6 +26,13 @@ type Config struct {
 	// then from an unknown server, trusted no more than another one. A
 	// store that never names one (a test's) leaves it false.
 	Identified bool
+
+	// Node is this node's name: a released record that names it
+	// (Record.Next) is offered to it.
+	Node string
+	// Withdrawn starts the machine withdrawn (see Withdraw): the node
+	// was drained before the daemon started.
+	Withdrawn bool
 }
 
 // Machine is one node's policy for one lease: standby and leader in one
@@ -89,8 +96,20 @@ type Machine struct {
 	// blockSent: the last renewal sent carried it; blockShown: one that
 	// carried it succeeded.
 	blocked, blockSent, blockShown bool
+	// marked: a renewal that carried stop_failed was sent this tenure,
+	// and none without it succeeded since: the record may say
+	// stop_failed, which no standby ever takes. A release that fails
+	// then is tried again (every reply_max) until it is written or the
+	// record is found not to be this node's (ReleaseLost): left behind,
+	// it would keep the lease from every node for the record's TTL,
+	// though the units are confirmed inactive.
+	marked bool
 
 	ineligible bool // this node must not run the unit: it never acquires
+	node       string
+	withdrawn  bool          // Withdraw: the node does not compete for the lease
+	delay      time.Duration // Defer: how much longer the standby waits
+	next       string        // the node a planned handoff under way offers the lease to
 
 	confirmAt Instant // Confirming: start after a renewal sent from here on
 	until     Instant // Backoff: its end; StopFailed: the next stop attempt
@@ -106,7 +125,8 @@ func New(c Config) (Machine, error) {
 	if c.RenewGrid < 0 || c.RenewGrid > t.Retry {
 		return Machine{}, fmt.Errorf("policy: renew grid %v must be between 0 and retry (%v)", c.RenewGrid, t.Retry)
 	}
-	return Machine{t: t, grid: Instant(c.RenewGrid), state: Stopping, cause: CauseStartup, rng: c.Seed, identified: c.Identified}, nil
+	return Machine{t: t, grid: Instant(c.RenewGrid), state: Stopping, cause: CauseStartup, rng: c.Seed, identified: c.Identified,
+		node: c.Node, withdrawn: c.Withdrawn}, nil
 }
 
 // handle dispatches e to its transition. Each first checks that the event
@@ -129,8 +149,8 @@ func (m *Machine) handle(e Event, o *Output) {
 		m.lost(e, o)
 	case RenewFailed:
 		m.renewFailed()
-	case ReleaseOK, ReleaseFailed:
-		m.releaseDone(e.Kind == ReleaseOK, o)
+	case ReleaseOK, ReleaseFailed, ReleaseLost:
+		m.releaseDone(e.Kind, o)
 	case UnitStarted:
 		m.unitStarted(o)
 	case UnitStartFailed:
@@ -142,11 +162,15 @@ func (m *Machine) handle(e Event, o *Output) {
 	case UnitStopFailed:
 		m.unitStopFailed(o)
 	case HandoffRequested:
-		m.handoff(e.Cause, o)
+		m.handoff(e, o)
 	case Nudge:
 		m.nudge()
 	case Ineligible, Eligible:
 		m.eligible(e.Kind == Eligible, o)
+	case Withdraw, Compete:
+		m.withdraw(e.Kind == Withdraw, o)
+	case Defer:
+		m.delay = max(0, e.Delay)
 	}
 }
 
@@ -199,11 +223,14 @@ func (m *Machine) advance(o *Output, again bool) {
 	}
 	switch {
 	case m.req != 0:
-	case m.state == Releasing:
-		m.send(Release, m.held, o)
+	case m.state == Releasing && m.now >= m.until:
+		r := m.held
+		r.Next = m.next
+		m.send(Release, r, o)
 	case m.renewing() && m.now >= m.renewDue():
 		r := m.held
 		r.StopFailed, m.blockSent = m.blocked, m.blocked
+		m.marked = m.marked || m.blocked
 		m.send(Renew, r, o)
 	case m.observing() && m.now >= m.pollAt:
 		m.send(Observe, Absent, o)
@@ -221,6 +248,8 @@ func (m *Machine) wake() Instant {
 	}
 	switch {
 	case m.req != 0:
+	case m.state == Releasing && m.holding: // a failed release tried again
+		w = min(w, m.until)
 	case m.renewing():
 		w = min(w, m.renewDue())
 	case m.observing():

@@ -248,6 +248,8 @@ var allowedStutter = func() map[stutterKey]bool {
 	add(RenewMissing, to(Backoff), Releasing)                    // nothing left to release
 	add(ReleaseOK, to(Backoff), Releasing)                       // the leader is Done already
 	add(ReleaseFailed, to(Backoff), Releasing)                   // the same: the leader is Done
+	add(ReleaseLost, to(Backoff), Releasing)                     // the same
+	add(ReleaseFailed, same, Releasing)                          // a stop_failed record: released again later
 	add(UnitStarted, to(Leader), Starting)                       // Spawn was the step
 	add(UnitStartFailed, same, afterStop...)                     // the replaced start's result, or a stale one
 	add(UnitFailed, same, afterStop...)                          // a stop is under way or over: stale
@@ -255,6 +257,12 @@ var allowedStutter = func() map[stutterKey]bool {
 	add(HandoffRequested, same, Standby, Backoff, Acquiring)     // refused
 	add(HandoffRequested, same, Stopping, StopFailed, Releasing) // under way
 	add(HandoffRequested, to(Releasing), Confirming)             // never started: release
+	add(Withdraw, same, all...)                                  // the node stops competing; what runs runs on
+	add(Withdraw, to(Releasing), Confirming)                     // never started: release
+	add(AcquireOK, to(Stopping), Acquiring)                      // acquired while withdrawn: given back unstarted
+	add(AcquireOK, to(Releasing), Acquiring)                     // the same, over a missing key: released at once
+	add(Compete, same, all...)                                   // competes again
+	add(Defer, same, all...)                                     // only the wait before an acquisition changes
 	return k
 }()
 

@@ -64,15 +64,30 @@ func (m *Machine) see(r Record, moved bool) {
 // mayAcquire: a released record at once if the node witnessed the
 // release (rule 8: a first value, or one a new server answered
 // with, may be an older state brought back, whose holder's successor
-// still runs), anything else after the lease span unchanged (the longer
-// of this node's and the last writer's); never in backoff, nor while the
-// node is ineligible, nor over a record whose holder could not stop its
-// units (stop_failed), however old: a failed stop never leads to a start
-// elsewhere.
+// still runs) and it offers the lease to any node or to this one,
+// anything else after the lease span unchanged (the longer of this
+// node's and the last writer's); a deferring node (Defer) waits its
+// delay longer, except for a release offered to it by name; never in
+// backoff, nor while the node is ineligible or withdrawn, nor over a
+// record whose holder could not stop its units (stop_failed), however
+// old: a failed stop never leads to a start elsewhere.
 func (m *Machine) mayAcquire() bool {
-	released := m.seen.Present && m.seen.Released && m.witnessed
-	return m.state == Standby && !m.ineligible && !m.seen.StopFailed &&
-		(released || m.now.Sub(m.seenAt) >= max(m.t.LeaseSpan, m.writerSpan))
+	if m.state != Standby || m.ineligible || m.withdrawn || m.seen.StopFailed {
+		return false
+	}
+	wait := max(m.t.LeaseSpan, m.writerSpan)
+	if m.seen.Present && m.seen.Released && m.witnessed {
+		switch m.seen.Next {
+		case m.node:
+			if m.node != "" {
+				return true
+			}
+			wait = 0
+		case "":
+			wait = 0
+		}
+	}
+	return m.now.Sub(m.seenAt) >= wait+m.delay
 }
 
 // answeredBy notes the server that answered with r and reports whether it
@@ -145,8 +160,11 @@ func (m *Machine) acquired(r Record, o *Output) {
 	case !m.seen.Present || m.seen.Other != nil || r.Fresh:
 		m.state, m.confirmAt = Confirming, m.now.Add(m.t.confirmWait())
 	}
-	if m.ineligible { // sent before the node became ineligible: give it back
+	switch { // sent before the node became ineligible or withdrew: give it back
+	case m.ineligible:
 		m.giveUp(CauseIneligible, o)
+	case m.withdrawn:
+		m.giveUp(CauseWithdrawn, o)
 	}
 }
 

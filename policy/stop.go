@@ -20,7 +20,7 @@ func (m *Machine) unitStopped(killed bool, o *Output) {
 		o.Journal = JournalKilled
 	}
 	m.blocked, m.blockShown = false, false
-	m.state = Releasing // advance releases, or leaves if not holding
+	m.state, m.until = Releasing, m.now // advance releases, or leaves if not holding
 }
 
 // unitStopFailed: even SIGKILL did not make the unit inactive. Never
@@ -35,12 +35,18 @@ func (m *Machine) unitStopFailed(o *Output) {
 	m.blocked = m.holding
 }
 
-func (m *Machine) releaseDone(ok bool, o *Output) {
+// releaseDone: the release's result. One that failed over a record that
+// may say stop_failed (marked) is tried again after reply_max.
+func (m *Machine) releaseDone(k EventKind, o *Output) {
 	if !m.answer(Release) {
 		return
 	}
-	if ok {
+	switch {
+	case k == ReleaseOK:
 		o.note(JournalReleased)
+	case k == ReleaseFailed && m.marked:
+		m.until = m.now.Add(m.t.ReplyMax)
+		return
 	}
 	m.leave()
 }
@@ -48,7 +54,7 @@ func (m *Machine) releaseDone(ok bool, o *Output) {
 // leave ends a stop: the node holds nothing and observes at once, in
 // Backoff if it gave the lease up itself, so that a peer takes it.
 func (m *Machine) leave() {
-	m.holding = false
+	m.holding, m.next, m.marked = false, "", false
 	m.forget()
 	if m.cause.backsOff() {
 		m.state, m.until = Backoff, m.now.Add(m.t.backoff())
@@ -56,15 +62,21 @@ func (m *Machine) leave() {
 }
 
 // handoff: stop, confirm inactive, release, back off; a waiting peer
-// acquires the released record at once. Refused where nothing runs. c is
+// acquires the released record at once (only e.To, if it names one,
+// until the lease span passed). Refused where nothing runs. The cause is
 // CauseUnmanaged when the daemon stops managing the lease here (its
 // annotation was removed or refused), CauseHandoff otherwise.
-func (m *Machine) handoff(c Cause, o *Output) {
-	if c != CauseUnmanaged {
-		c = CauseHandoff
+func (m *Machine) handoff(e Event, o *Output) {
+	c := CauseHandoff
+	if e.Cause == CauseUnmanaged {
+		c, e.To = CauseUnmanaged, ""
 	}
 	if !m.giveUp(c, o) {
 		o.note(JournalRefused)
+		return
+	}
+	if m.holding && e.To != m.node {
+		m.next = e.To
 	}
 }
 
@@ -76,7 +88,7 @@ func (m *Machine) giveUp(c Cause, o *Output) bool {
 		o.note(JournalStopping)
 		m.stop(c)
 	case Confirming: // never started: release at once
-		m.state, m.cause = Releasing, c
+		m.state, m.cause, m.until = Releasing, c, m.now
 	case Stopping, Releasing, StopFailed:
 	default:
 		return false
@@ -93,5 +105,15 @@ func (m *Machine) eligible(ok bool, o *Output) {
 	m.ineligible = !ok
 	if !ok {
 		m.giveUp(CauseIneligible, o)
+	}
+}
+
+// withdraw: Withdraw or Compete. A withdrawn node acquires nothing; an
+// acquisition it made whose unit has not started (Confirming) is given
+// back. A unit it runs keeps running.
+func (m *Machine) withdraw(out bool, o *Output) {
+	m.withdrawn = out
+	if out && m.state == Confirming {
+		m.giveUp(CauseWithdrawn, o)
 	}
 }

@@ -94,3 +94,52 @@ func TestAStopFailedWithoutTheLeaseWritesNothing(t *testing.T) {
 		t.Fatal("renewing a lease this node does not hold")
 	}
 }
+
+// TestAStopFailedRecordIsReleasedEvenIfTheFirstReleaseFails: once the
+// units stop, a record that says stop_failed must be released: left
+// behind, no node would ever take the lease (until the key's TTL), though
+// the units are confirmed inactive. A release that fails is tried again
+// every reply_max, and a definitive loss ends it. A record that never
+// said stop_failed is left to age after one failed release, as before.
+func TestAStopFailedRecordIsReleasedEvenIfTheFirstReleaseFails(t *testing.T) {
+	tm := DefaultTiming()
+	d := leader(t, tm)
+	d.at(3*s, ev(HandoffRequested)).want(Stopping, StopUnit)
+	d.at(4*s, ev(UnitStopFailed)).want(StopFailed, Renew)
+	d.after(s/10, with(RenewOK, stopFailed("a", 3))).want(StopFailed)
+	for d.m.State() == StopFailed {
+		d.wake()
+		if d.has(Renew) {
+			d.after(s/10, with(RenewOK, stopFailed("a", d.action(0).Record.Version+1)))
+		}
+	}
+	d.after(s, ev(UnitStopped)).want(Releasing, Release)
+	for range 3 {
+		d.after(tm.ReplyMax, ev(ReleaseFailed)).want(Releasing)
+		if _, holding := d.m.Held(); !holding {
+			t.Fatal("a failed release of a stop_failed record gave the lease up")
+		}
+		d.wake().want(Releasing, Release)
+	}
+	d.after(s/10, ev(ReleaseOK)).want(Backoff, Observe).journal(JournalReleased)
+
+	// A definitive loss (an operator cleared it, say) ends the retries.
+	d = leader(t, tm)
+	d.at(3*s, ev(HandoffRequested)).want(Stopping, StopUnit)
+	d.at(4*s, ev(UnitStopFailed)).want(StopFailed, Renew)
+	d.after(s/10, with(RenewOK, stopFailed("a", 3))).want(StopFailed)
+	for d.m.State() == StopFailed {
+		d.wake()
+		if d.has(Renew) {
+			d.after(s/10, with(RenewOK, stopFailed("a", d.action(0).Record.Version+1)))
+		}
+	}
+	d.after(s, ev(UnitStopped)).want(Releasing, Release)
+	d.after(s/10, ev(ReleaseLost)).want(Backoff, Observe)
+
+	// A record that never said stop_failed ages like any other.
+	d = leader(t, tm)
+	d.at(3*s, ev(HandoffRequested)).want(Stopping, StopUnit)
+	d.after(s, ev(UnitStopped)).want(Releasing, Release)
+	d.after(s/10, ev(ReleaseFailed)).want(Backoff, Observe)
+}

@@ -53,6 +53,11 @@ type Record struct {
 	Token    string
 	Version  uint64
 	Released bool // the record's state is `released`
+	// Next, on a released record, is the node a planned handoff offered
+	// the lease to: that node may acquire it at once, as any node may a
+	// released record without one; every other node ages it like a held
+	// record, for the lease span, before it may.
+	Next string
 	// StopFailed: the record's state is `stop_failed`: its holder could
 	// not stop its units. No standby acquires over it, however old; its
 	// holder releases it once a stop succeeds, or an operator clears it.
@@ -118,6 +123,8 @@ func (r Record) String() string {
 			how = "released"
 		}
 		return fmt.Sprintf("%s %s under lease %s by %s at version %d", r.Other.Unit, how, r.Other.Lease, r.Holder, r.Version)
+	case r.Released && r.Next != "":
+		return fmt.Sprintf("released by %s to %s at version %d", r.Holder, r.Next, r.Version)
 	case r.Released:
 		return fmt.Sprintf("released by %s at version %d", r.Holder, r.Version)
 	}

@@ -116,7 +116,7 @@ func newWorld(tm Timing, grids []time.Duration, c chooser, fail func(string, ...
 		safe := tm
 		safe.LeaseSpan = 0
 		grid := grids[c.draw(0, len(grids)-1, "renew_grid")]
-		m, err := New(Config{Timing: safe, Seed: uint64(c.draw(0, 1<<30, "seed")), RenewGrid: grid})
+		m, err := New(Config{Timing: safe, Seed: uint64(c.draw(0, 1<<30, "seed")), RenewGrid: grid, Node: name})
 		if err != nil {
 			fail("New: %v", err)
 		}
@@ -179,6 +179,11 @@ func (w *world) run(steps int) {
 		w.next()
 	}
 	w.quiet = true
+	for _, n := range w.nodes { // the operators' say ends: both compete, neither defers
+		// After whatever the last fault queued for now.
+		w.push(happening{at: w.now + time.Millisecond, kind: hDeliver, node: n.id, ev: Event{Kind: Compete}})
+		w.push(happening{at: w.now + time.Millisecond, kind: hDeliver, node: n.id, ev: Event{Kind: Defer}})
+	}
 	end := w.now + w.settle()
 	for w.now < end {
 		w.next()
@@ -367,9 +372,12 @@ func (st *store) apply(node string, a Action) Event {
 		return Event{Kind: RenewOK, Record: rec}
 	case Release:
 		if !st.owned(a.Record) {
-			return Event{Kind: ReleaseFailed}
+			return Event{Kind: ReleaseLost}
 		}
 		st.write(node, a.Record.Token, a.Record.Version+1, true)
+		if a.Record.Next != "" {
+			st.rec.Next, st.rec.Raw = a.Record.Next, st.rec.Raw+"/to/"+a.Record.Next
+		}
 		return Event{Kind: ReleaseOK}
 	}
 	panic(fmt.Sprint("store: ", a))
@@ -479,7 +487,11 @@ func (w *world) fault() {
 		return
 	}
 	n := w.nodes[w.c.draw(0, 1, "fault_node")]
-	switch w.c.draw(0, 3, "fault") {
+	kind := w.c.draw(0, 3, "fault")
+	if kind == 3 { // an operator's word: a handoff, mostly
+		kind += max(0, w.c.draw(-4, 2, "operator"))
+	}
+	switch kind {
 	case 0:
 		w.spec.drop()
 		w.st.rec = Absent
@@ -493,7 +505,19 @@ func (w *world) fault() {
 		w.crash(n)
 	case 3:
 		w.spec.stutter("handoff requested")
-		w.push(happening{at: w.now, kind: hDeliver, node: n.id, ev: Event{Kind: HandoffRequested}})
+		to := []string{"", "a", "b", "z"}[w.c.draw(0, 3, "handoff_to")]
+		w.push(happening{at: w.now, kind: hDeliver, node: n.id, ev: Event{Kind: HandoffRequested, To: to}})
+	case 4: // drained, or a failure threshold reached, for a while
+		w.spec.stutter("withdraw")
+		back := w.now + w.ms(0, 2*w.tm.LeaseSpan, "withdrawn")
+		w.push(happening{at: w.now, kind: hDeliver, node: n.id, ev: Event{Kind: Withdraw}})
+		w.push(happening{at: back, kind: hDeliver, node: n.id, ev: Event{Kind: Compete}})
+	case 5: // a more preferred node is ready, for a while
+		w.spec.stutter("defer")
+		d := w.ms(0, 3*w.tm.LeaseSpan, "defer")
+		back := w.now + w.ms(0, 2*w.tm.LeaseSpan, "deferring")
+		w.push(happening{at: w.now, kind: hDeliver, node: n.id, ev: Event{Kind: Defer, Delay: d}})
+		w.push(happening{at: back, kind: hDeliver, node: n.id, ev: Event{Kind: Defer}})
 	}
 }
 
@@ -525,14 +549,14 @@ func (w *world) checkExclusion() {
 func (w *world) checkSettled() {
 	a, b := w.nodes[0], w.nodes[1]
 	if a.alive == b.alive {
-		w.fail("after %v without faults: alive %t and %t (%v, %v)\n%s", w.settle(), a.alive, b.alive, a.m.state, b.m.state, w.lastSteps())
+		w.fail("after %v without faults: alive %t and %t (%v, %v; withdrawn %t %t, delay %v %v)\n%s", w.settle(), a.alive, b.alive, a.m.state, b.m.state, a.m.withdrawn, b.m.withdrawn, a.m.delay, b.m.delay, fmt.Sprintf("%+v %v %v %v", a.m.seen, a.m.seenAt, a.m.now, a.m.writerSpan)+w.lastSteps())
 	}
 	run, other := a, b
 	if b.alive {
 		run, other = b, a
 	}
 	if run.m.state != Leader || other.m.holding {
-		w.fail("settled with %s %v and %s %v (holding %t)", run.name, run.m.state, other.name, other.m.state, other.m.holding)
+		w.fail("settled with %s %v and %s %v (holding %t)\n%s", run.name, run.m.state, other.name, other.m.state, other.m.holding, w.lastSteps())
 	}
 }
 

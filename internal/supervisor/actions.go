@@ -118,6 +118,9 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 	}
 	if err != nil {
 		s.logger().Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
+		if errors.Is(err, redislease.ErrLost) || errors.Is(err, redislease.ErrMissing) || errors.Is(err, redislease.ErrGarbage) {
+			return policy.Event{Kind: policy.ReleaseLost}
+		}
 		return policy.Event{Kind: policy.ReleaseFailed}
 	}
 	return policy.Event{Kind: policy.ReleaseOK}
