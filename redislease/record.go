@@ -27,6 +27,7 @@ const (
 // Lua scripts, with its fields in this order:
 //
 //	{"holder":"node-a","version":7,"token":"<32 hex digits>","state":"held","lease_span_ms":36072}
+//	{"holder":"node-a","version":8,"token":"<32 hex digits>","state":"released","lease_span_ms":36072,"next":"node-b"}
 //
 // holder is the node that acquired (and, if released, released) it;
 // version rises by one with every successful write; token is fresh for
@@ -34,7 +35,9 @@ const (
 // release; state is held, stop_failed (held by a node that could not stop
 // its units) or released; lease_span_ms is the writer's lease
 // span, so a standby configured with a shorter one can wait the longer of
-// the two. Decode reads it into a policy.Record, the one shape a record
+// the two; next, only on a released record and only when a handoff named
+// one, is the node the release offers the lease to (the others age it for
+// the lease span). Decode reads it into a policy.Record, the one shape a record
 // has in unitlease, with the exact bytes in Raw.
 
 // wire is a record's JSON, in the scripts' field order.
@@ -44,6 +47,7 @@ type wire struct {
 	Token       string `json:"token"`
 	State       string `json:"state"`
 	LeaseSpanMS uint64 `json:"lease_span_ms"`
+	Next        string `json:"next,omitempty"`
 }
 
 // StateOf is a present record's state: StateHeld, StateStopFailed or
@@ -145,7 +149,7 @@ func Decode(key, raw string) (policy.Record, error) {
 func (w wire) record(raw string) policy.Record {
 	return policy.Record{Present: true, Raw: raw, Holder: w.Holder, Token: w.Token, Version: w.Version,
 		Released: w.State == StateReleased, StopFailed: w.State == StateStopFailed,
-		LeaseSpan: time.Duration(w.LeaseSpanMS) * time.Millisecond}
+		LeaseSpan: time.Duration(w.LeaseSpanMS) * time.Millisecond, Next: w.Next}
 }
 
 // decodeCanonical reads a valid record written exactly as Encode (and the
@@ -175,6 +179,13 @@ func decodeCanonical(raw string) (policy.Record, bool) {
 	w.Token = field(`,"token":"`, '"')
 	w.State = field(`","state":"`, '"')
 	span := field(`","lease_span_ms":`, '}')
+	if i := strings.IndexByte(span, ','); ok && i >= 0 { // ,"next":"NODE" on a released record
+		next, cut := strings.CutPrefix(span[i:], `,"next":"`)
+		if !cut || !strings.HasSuffix(next, `"`) || w.State != StateReleased || ValidNode(next[:len(next)-1]) != nil {
+			return policy.Record{}, false
+		}
+		span, w.Next = span[:i], next[:len(next)-1]
+	}
 	if !ok || rest != "}" || !canonicalUint(version) || !canonicalUint(span) {
 		return policy.Record{}, false
 	}
@@ -222,6 +233,7 @@ func decodeJSON(key, raw string) (wire, error) {
 		Token       *string         `json:"token"`
 		State       *string         `json:"state"`
 		LeaseSpanMS json.RawMessage `json:"lease_span_ms"`
+		Next        *string         `json:"next"`
 	}
 	if err := dec.Decode(&f); err != nil {
 		return bad("not a lease record: %v", err)
@@ -236,6 +248,15 @@ func decodeJSON(key, raw string) (wire, error) {
 		return bad("a field is missing (want holder, version, token, state, lease_span_ms)")
 	}
 	r := wire{Holder: *f.Holder, Token: *f.Token, State: *f.State}
+	if f.Next != nil {
+		switch {
+		case *f.State != StateReleased:
+			return bad("next names a node on a %q record; only a released one offers the lease to a node", *f.State)
+		case ValidNode(*f.Next) != nil:
+			return bad("next: %v", ValidNode(*f.Next))
+		}
+		r.Next = *f.Next
+	}
 	var err error
 	// Parsing the raw JSON text refuses strings, fractions, exponents and
 	// signs alike.
@@ -280,9 +301,9 @@ func exactFields(raw string) string {
 		}
 		k, _ := t.(string)
 		switch k {
-		case "holder", "version", "token", "state", "lease_span_ms":
+		case "holder", "version", "token", "state", "lease_span_ms", "next":
 		default:
-			return fmt.Sprintf("the field %q is not one of holder, version, token, state, lease_span_ms as written", k)
+			return fmt.Sprintf("the field %q is not one of holder, version, token, state, lease_span_ms, next as written", k)
 		}
 		if seen[k] {
 			return fmt.Sprintf("the field %q appears twice", k)
@@ -300,6 +321,6 @@ func exactFields(raw string) string {
 // Tests use it; the scripts build the same bytes in Lua.
 func Encode(r policy.Record) string {
 	b, _ := json.Marshal(wire{Holder: r.Holder, Version: r.Version, Token: r.Token, State: StateOf(r),
-		LeaseSpanMS: uint64(r.LeaseSpan / time.Millisecond)})
+		LeaseSpanMS: uint64(r.LeaseSpan / time.Millisecond), Next: r.Next})
 	return string(b)
 }

@@ -29,6 +29,12 @@ func TestDecodeTable(t *testing.T) {
 		`{"holder":"node-a","version":7,"token":"` + goodToken + `","state":"held","lease_span_ms":1,"extra":1}`,
 		`{"holder":"node-a","version":7,"token":"` + goodToken + `","state":"held","lease_span_ms":1} {}`,
 		`{"holder":7,"version":7,"token":"` + goodToken + `","state":"held","lease_span_ms":1}`,
+		// next names a node, and only on a released record.
+		`{"holder":"node-a","version":7,"token":"` + goodToken + `","state":"held","lease_span_ms":1,"next":"node-b"}`,
+		`{"holder":"node-a","version":7,"token":"` + goodToken + `","state":"stop_failed","lease_span_ms":1,"next":"node-b"}`,
+		`{"holder":"node-a","version":7,"token":"` + goodToken + `","state":"released","lease_span_ms":1,"next":"-b"}`,
+		`{"holder":"node-a","version":7,"token":"` + goodToken + `","state":"released","lease_span_ms":1,"next":7}`,
+		`{"holder":"node-a","version":7,"token":"` + goodToken + `","state":"released","lease_span_ms":1,"next":""}`,
 	} {
 		r, err := Decode("unitlease:lease:x", bad)
 		var g *GarbageError
@@ -44,6 +50,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(Encode(policy.Record{Holder: "node-a", Version: 1, Token: goodToken, LeaseSpan: 36 * time.Second})))
 	f.Add([]byte(Encode(policy.Record{Holder: "n.b_c-d", Version: 1 << 52, Token: goodToken, Released: true})))
 	f.Add([]byte(`{"holder":"node-a","version":"1","token":"` + goodToken + `","state":"held","lease_span_ms":1}`))
+	f.Add([]byte(Encode(policy.Record{Holder: "node-a", Version: 9, Token: goodToken, Released: true, Next: "node-b"})))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		raw := string(b)
 		r, err := Decode("k", raw)
@@ -72,6 +79,7 @@ func TestDecodeCanonicalReadsWhatEncodeWrites(t *testing.T) {
 	for _, r := range []policy.Record{
 		{Present: true, Holder: "node-a", Version: 1, Token: goodToken, LeaseSpan: 36072 * time.Millisecond},
 		{Present: true, Holder: "n.b_c-d", Version: 1 << 52, Token: goodToken, Released: true},
+		{Present: true, Holder: "node-a", Version: 9, Token: goodToken, Released: true, Next: "node-b"},
 	} {
 		r.Raw = Encode(r)
 		if got, ok := decodeCanonical(r.Raw); !ok || got != r {
@@ -83,6 +91,11 @@ func TestDecodeCanonicalReadsWhatEncodeWrites(t *testing.T) {
 		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1} `,
 		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1,"x":1}`,
 		`{"holder":"node a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1}`,
+		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"held","lease_span_ms":1,"next":"node-b"}`,
+		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"released","lease_span_ms":1,"next":"node b"}`,
+		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"released","lease_span_ms":1,"next":""}`,
+		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"released","lease_span_ms":1,"nexy":"node-b"}`,
+		`{"holder":"node-a","version":1,"token":"` + goodToken + `","state":"released","lease_span_ms":1,"next":"node-b","next":"node-c"}`,
 	} {
 		if r, ok := decodeCanonical(raw); ok {
 			t.Errorf("%s: read as %+v", raw, r)

@@ -58,16 +58,20 @@ local function nowms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function record(holder, version, token, state, span)
+local function record(holder, version, token, state, span, next)
+  local tail = '}'
+  if next and next ~= '' then tail = ',"next":"' .. next .. '"}' end
   return '{"holder":"' .. holder .. '","version":' .. string.format('%d', version) ..
-    ',"token":"' .. token .. '","state":"' .. state .. '","lease_span_ms":' .. span .. '}'
+    ',"token":"' .. token .. '","state":"' .. state .. '","lease_span_ms":' .. span .. tail
 end
 local function decode(raw)
   local ok, rec = pcall(cjson.decode, raw)
   if not ok or type(rec) ~= 'table' or type(rec.version) ~= 'number' or
      rec.version < 1 or rec.version ~= math.floor(rec.version) or
      type(rec.holder) ~= 'string' or type(rec.token) ~= 'string' or
-     (rec.state ~= 'held' and rec.state ~= 'released' and rec.state ~= 'stop_failed') then return nil end
+     (rec.state ~= 'held' and rec.state ~= 'released' and rec.state ~= 'stop_failed') or
+     rec.next ~= nil and (rec.state ~= 'released' or type(rec.next) ~= 'string' or
+       #rec.next > 253 or not string.find(rec.next, '^[A-Za-z0-9][A-Za-z0-9%._%-]*$')) then return nil end
   return rec
 end
 ` + unitLua
@@ -95,7 +99,7 @@ local function unitrec(raw)
      rec.lease_span_ms ~= math.floor(rec.lease_span_ms) or
      #rec.holder > 253 or not string.find(rec.holder, '^[A-Za-z0-9][A-Za-z0-9%._%-]*$') or
      #rec.token ~= 32 or not string.find(rec.token, '^[0-9a-f]*$') or
-     record(rec.holder, rec.version, rec.token, rec.state, string.format('%d', rec.lease_span_ms)) ~= body then
+     record(rec.holder, rec.version, rec.token, rec.state, string.format('%d', rec.lease_span_ms), rec.next) ~= body then
     return nil
   end
   rec.lease = lease
@@ -255,15 +259,17 @@ return okreply(new, garbage)
 
 // releaseScript: KEYS[1] lease key, KEYS[2..] unit keys. ARGV: holder,
 // token, version, ttl ms, lease span ms, events channel, lease name
-// (escaped). Writes a released record (a standby may acquire over it at
-// once) and publishes it. The unit keys that are missing or name this
+// (escaped), the node the release offers the lease to ("" for any).
+// Writes a released record (a standby may acquire over it at once; only
+// the node named in next, if any, until the lease span passed) and
+// publishes it. The unit keys that are missing or name this
 // lease get the released record; those that name another lease keep it
 // (the release still happens: the units are confirmed inactive).
 var releaseScript = redis.NewScript(recordLua + ownedLua + unitsLua + `
 local rec, reply = owned()
 if not rec then return reply end
 local skip, garbage = checkunits(7, true)
-local new = record(ARGV[1], rec.version + 1, ARGV[2], 'released', ARGV[5])
+local new = record(ARGV[1], rec.version + 1, ARGV[2], 'released', ARGV[5], ARGV[8])
 redis.call('SET', KEYS[1], new, 'PX', ARGV[4])
 writeunits(7, new, ARGV[4], skip)
 redis.call('PUBLISH', ARGV[6], new)

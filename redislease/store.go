@@ -449,8 +449,13 @@ func (s *Store) ReleaseUnits(ctx context.Context, name string, units []string, h
 		return policy.Record{}, err
 	}
 	r := held
+	if r.Next != "" {
+		if err := ValidNode(r.Next); err != nil {
+			return policy.Record{}, fmt.Errorf("redislease: release of %s to a node: %w", name, err)
+		}
+	}
 	reply, server, err := s.run(ctx, releaseScript, name, units,
-		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), s.Channel(name), esc)
+		r.Holder, r.Token, r.Version, s.TTL().Milliseconds(), s.leaseSpan.Milliseconds(), s.Channel(name), esc, r.Next)
 	if err != nil {
 		return policy.Record{}, err
 	}
