@@ -278,6 +278,10 @@ func (m *Machine) late() bool { return m.now.Sub(m.reqAt) > m.t.ReplyMax }
 // State is the control state.
 func (m Machine) State() State { return m.state }
 
+// Withdrawn reports whether the node stays out of the competition for
+// the lease (Withdraw, or Config.Withdrawn).
+func (m Machine) Withdrawn() bool { return m.withdrawn }
+
 // Cause is why the node last began to stop.
 func (m Machine) Cause() Cause { return m.cause }
 

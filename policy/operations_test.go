@@ -149,3 +149,33 @@ func TestDeferDelaysTheAcquisition(t *testing.T) {
 	d.wake().want(Standby, Observe)
 	d.after(0, seen(offered("a", 6, "c"))).want(Acquiring, Acquire)
 }
+
+// A node backing off after its own handoff takes a release offered to it
+// by name at once (`handoff --to` back to the node that just gave the
+// lease up): the operator's choice outranks the backoff, which is there
+// to leave an unnamed release to the peers. A release offered to
+// another node, or to none, still waits the backoff out.
+func TestBackoffTakesAReleaseOfferedByName(t *testing.T) {
+	for _, tc := range []struct {
+		next string
+		now  bool
+	}{{"a", true}, {"c", false}, {"", false}} {
+		d := nodeDriver(t, "a", false)
+		d.at(0, seen(released("b", 1))).want(Acquiring, Acquire)
+		d.at(s, with(AcquireOK, held("a", 2))).want(Starting, StartUnit)
+		d.at(2*s, ev(UnitStarted)).want(Leader)
+		d.after(s, Event{Kind: HandoffRequested, To: "b"}).want(Stopping, StopUnit)
+		d.after(s, ev(UnitStopped)).want(Releasing, Release)
+		d.after(0, ev(ReleaseOK)).want(Backoff, Observe)
+		d.after(0, seen(held("b", 4))).want(Backoff)
+		d.wake().want(Backoff, Observe)
+		r := released("b", 5)
+		if tc.next != "" {
+			r = offered("b", 5, tc.next)
+		}
+		d.after(0, seen(r))
+		if got := d.m.State() == Acquiring; got != tc.now {
+			t.Fatalf("release offered to %q: acquiring at once = %v (state %v), want %v", tc.next, got, d.m.State(), tc.now)
+		}
+	}
+}

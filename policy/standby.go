@@ -70,22 +70,24 @@ func (m *Machine) see(r Record, moved bool) {
 // delay longer, except for a release offered to it by name; never in
 // backoff, nor while the node is ineligible or withdrawn, nor over a
 // record whose holder could not stop its units (stop_failed), however
-// old: a failed stop never leads to a start elsewhere.
+// old: a failed stop never leads to a start elsewhere. A release
+// offered to this node by name is taken in Backoff too: the backoff
+// leaves an unnamed release to the peers, and the operator named this
+// node.
 func (m *Machine) mayAcquire() bool {
-	if m.state != Standby || m.ineligible || m.withdrawn || m.seen.StopFailed {
+	if m.ineligible || m.withdrawn || m.seen.StopFailed {
+		return false
+	}
+	witnessedRelease := m.seen.Present && m.seen.Released && m.witnessed
+	if witnessedRelease && m.node != "" && m.seen.Next == m.node {
+		return m.state == Standby || m.state == Backoff
+	}
+	if m.state != Standby {
 		return false
 	}
 	wait := max(m.t.LeaseSpan, m.writerSpan)
-	if m.seen.Present && m.seen.Released && m.witnessed {
-		switch m.seen.Next {
-		case m.node:
-			if m.node != "" {
-				return true
-			}
-			wait = 0
-		case "":
-			wait = 0
-		}
+	if witnessedRelease && m.seen.Next == "" {
+		wait = 0
 	}
 	return m.now.Sub(m.seenAt) >= wait+m.delay
 }

@@ -143,6 +143,19 @@ func (p *Presence) Set(ctx context.Context, as []Announcement) error {
 	return nil
 }
 
+// SetAnnouncements replaces this node's announcements with as: they
+// last until the next call or until the store is closed.
+func (s *Store) SetAnnouncements(ctx context.Context, as []Announcement) error {
+	s.mu.Lock()
+	if s.presence == nil {
+		pctx, end := context.WithCancel(context.Background())
+		s.presence, s.endPresence = s.Announce(pctx), end
+	}
+	p := s.presence
+	s.mu.Unlock()
+	return p.Set(ctx, as)
+}
+
 // Announced reads what node announces of lease: one of the Announce*
 // states, or "" when it announces nothing of it (it does not manage the
 // lease, or its daemon is not running). A drained node is AnnounceDrained

@@ -72,6 +72,10 @@ type Store struct {
 
 	mu    sync.Mutex
 	floor map[string]uint64 // highest version seen per lease
+	// presence is this node's announcements (SetAnnouncements), opened
+	// at the first and closed with the store.
+	presence    *Presence
+	endPresence context.CancelFunc
 
 	sentinel *redis.FailoverOptions // nil for one Redis
 }
@@ -106,6 +110,11 @@ func New(cfg Config) (*Store, error) {
 
 // Close closes every connection.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.endPresence != nil {
+		s.endPresence()
+	}
+	s.mu.Unlock()
 	s.batch.close()
 	return s.rdb.Close()
 }

@@ -56,9 +56,15 @@ type daemons struct {
 	nodes []*Node
 }
 
-// deploy installs unitlease and the witness unit on both nodes, starts the
-// daemons, and tears it all down when the test ends.
+// deploy installs unitlease and the witness unit on the first two nodes,
+// starts the daemons, and tears it all down when the test ends.
 func deploy(t *testing.T, witnessArgs ...string) *daemons {
+	t.Helper()
+	return deployOn(t, []*Node{cluster.Node(0), cluster.Node(1)}, witnessArgs...)
+}
+
+// deployOn is deploy on the nodes given.
+func deployOn(t *testing.T, nodes []*Node, witnessArgs ...string) *daemons {
 	t.Helper()
 	bin, wit := binaries(t)
 	service, err := os.ReadFile("../packaging/unitlease.service")
@@ -66,7 +72,6 @@ func deploy(t *testing.T, witnessArgs ...string) *daemons {
 		t.Fatal(err)
 	}
 	redis := redistest.Start(t, redistest.Options{AppendOnly: true})
-	nodes := []*Node{cluster.Node(0), cluster.Node(1)}
 	dep, err := Deploy(t.Context(), nodes, DeployOptions{
 		Unitlease: bin, Witness: wit, Service: service, RedisAddr: redis.Addr(),
 		SharedDir: sharedDir, WitnessName: strings.ReplaceAll(t.Name(), "/", "-"), WitnessArgs: strings.Join(witnessArgs, " "),
@@ -102,6 +107,17 @@ func (d *daemons) leader(limit time.Duration) (leader, standby *Node) {
 		return l, d.nodes[1]
 	}
 	return l, d.nodes[0]
+}
+
+// others are the deployment's nodes but n.
+func (d *daemons) others(n *Node) []*Node {
+	var o []*Node
+	for _, m := range d.nodes {
+		if m != n {
+			o = append(o, m)
+		}
+	}
+	return o
 }
 
 func (d *daemons) journals() string {

@@ -96,7 +96,7 @@ func (d *Deployment) Teardown(ctx context.Context) {
 		}
 		_, _, _ = n.Run(ctx, "systemctl", "stop", "unitlease.service", "demo.service", "other.service")
 		_, _, _ = n.Run(ctx, "rm", "-rf", "/etc/systemd/system/demo.service", "/etc/systemd/system/other.service",
-			"/etc/systemd/system/unitlease.service", "/etc/unitlease", "/run/systemd/system/demo.service.d", "/run/systemd/system/other.service.d")
+			"/etc/systemd/system/unitlease.service", "/etc/unitlease", "/var/lib/unitlease", "/run/systemd/system/demo.service.d", "/run/systemd/system/other.service.d")
 		_, _, _ = n.Run(ctx, "systemctl", "daemon-reload")
 		_, _, _ = n.Run(ctx, "systemctl", "reset-failed")
 	}
@@ -246,6 +246,7 @@ type Status struct {
 	Holding      bool
 	Version      uint64
 	DeadlineLeft time.Duration `json:"deadline_left_ns"` // a holder's time left before it must stop
+	LeaseAge     time.Duration `json:"lease_age_ns"`     // a standby's: how long the record has been unchanged
 }
 
 // LeaseStatus asks n's daemon.

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The package boots one cluster of two nodes for all tests that need no
+// The package boots one cluster of three nodes for all tests that need no
 // cluster of their own. Tests that change a node put it back as it was.
 var (
 	cluster   *Cluster
@@ -63,11 +63,11 @@ func setupPackage(tmp string) error {
 		return err
 	}
 	start := time.Now()
-	c, err := NewCluster(ctx, Options{Nodes: 2, Binds: []string{sharedDir + ":/shared"}, Logf: log.Printf})
+	c, err := NewCluster(ctx, Options{Nodes: 3, Binds: []string{sharedDir + ":/shared"}, Logf: log.Printf})
 	if err != nil {
 		return err
 	}
-	log.Printf("cluster %s of 2 nodes up in %v", c.ID, time.Since(start).Round(time.Millisecond))
+	log.Printf("cluster %s of 3 nodes up in %v", c.ID, time.Since(start).Round(time.Millisecond))
 	cluster = c
 	return nil
 }

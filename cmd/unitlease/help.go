@@ -30,11 +30,27 @@ Show each lease this node manages (role, holder, version, time left to the
 leader's deadline), the units refused or badly annotated with the reason, and
 every lease in Redis with its holder and how many nodes watch it. --json
 prints the same as JSON; -w prints again every second.`},
-	{name: "handoff", args: "LEASE|UNIT", summary: "stop here, release, and wait for a peer to take over", help: `
+	{name: "handoff", args: "LEASE|UNIT [--to NODE]", summary: "stop here, release, and wait for a peer to take over", hasFlags: true, help: `
 Planned switchover: stop the lease's units on this node, wait until systemd
 reports them inactive, release the lease, and wait for a peer to take it.
-Refused when no other node's daemon watches the lease. A name is a lease's
-name first; a unit's name selects its lease only when no lease has that name.`},
+Refused when no other node announces itself ready to take the lease. A name
+is a lease's name first; a unit's name selects its lease only when no lease
+has that name.
+
+--to NODE offers the released lease to NODE alone: it takes it at once, and
+any other node only after a lease span (so a NODE that dies meanwhile does
+not leave the lease down for good). Refused, with the reason, unless NODE
+announces itself ready for the lease: its daemon runs and watches the lease,
+it is not drained, and it can run the unit.`},
+	{name: "drain", args: "[--stop]", summary: "hand off every lease held here and take none until undrain", hasFlags: true, help: `
+Mark this node drained (kept in /var/lib/unitlease across daemon restarts and
+reboots, and announced to every node), then hand each lease it holds to a
+peer ready for it, all at once, as handoff does. A lease no peer is ready for
+keeps running here and is named; --stop stops and releases it all the same.
+A drained node acquires no lease. Exits 0 once this node holds none, 1 if a
+lease is still held here (left running, or its stop failed).`},
+	{name: "undrain", summary: "let this node take leases again", help: `
+End the drain: the node competes for its leases again, as a standby.`},
 	{name: "check", args: "[--config FILE]", summary: "validate configuration, annotations, units and Redis", hasFlags: true, help: `
 Validate the configuration and print the timing it gives (lease span, confirm
 wait, backoff, the worst-case failover), reach Redis and report its

@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func init() {
 	// Set here: the table is read by cmdHelp, which it lists.
 	for i, f := range map[string]func([]string, io.Writer, io.Writer) int{
-		"run": cmdRun, "status": cmdStatus, "handoff": cmdHandoff, "check": cmdCheck,
+		"run": cmdRun, "status": cmdStatus, "handoff": cmdHandoff, "drain": cmdDrain, "undrain": cmdUndrain, "check": cmdCheck,
 		"guard": cmdGuard, "reset": cmdReset, "clear": cmdClear, "version": cmdVersion, "help": cmdHelp,
 	} {
 		c := slices.IndexFunc(commands, func(c command) bool { return c.name == i })
@@ -149,18 +149,99 @@ func cmdGuard(args []string, _, stderr io.Writer) int {
 }
 
 func cmdHandoff(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, mustLookup("handoff").synopsis())
+	var to string
+	target, ok := oneArgFlags("handoff", args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&to, "to", "", "offer the lease to this `NODE` alone (for a lease span)")
+	})
+	if !ok {
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	res, err := control.Dial(socketPath).Handoff(ctx, args[0])
+	res, err := control.Dial(socketPath).Handoff(ctx, target, to)
 	if err != nil {
 		fmt.Fprintln(stderr, "unitlease handoff:", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "lease %s is now held by %s (version %d)\n", res.Lease, res.Holder, res.Version)
+	return 0
+}
+
+// oneArgFlags parses a command that takes one argument, with its flags
+// before or after it (handoff LEASE --to NODE).
+func oneArgFlags(name string, args []string, stderr io.Writer, define func(*flag.FlagSet)) (string, bool) {
+	fs, ok := flags(name, args, stderr, define)
+	if !ok {
+		return "", false
+	}
+	var pos []string
+	for fs.NArg() > 0 {
+		pos = append(pos, fs.Arg(0))
+		if fs.Parse(fs.Args()[1:]) != nil {
+			return "", false
+		}
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, mustLookup(name).synopsis())
+		return "", false
+	}
+	return pos[0], true
+}
+
+func cmdDrain(args []string, stdout, stderr io.Writer) int {
+	var stopAll bool
+	fs, ok := flags("drain", args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&stopAll, "stop", false, "also stop the leases no peer is ready for")
+	})
+	if !ok || fs.NArg() > 0 {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := control.Dial(socketPath).Drain(ctx, stopAll)
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlease drain:", err)
+		return 1
+	}
+	return printDrain(stdout, res)
+}
+
+// printDrain says what became of each lease; it returns 1 when the node
+// still holds one (left running, or a stop or handoff that failed), so a
+// script patches the node only on 0.
+func printDrain(w io.Writer, res control.DrainResult) int {
+	fmt.Fprintf(w, "node %s is drained: it takes no lease until `unitlease undrain`\n", shown(res.Node))
+	code := 0
+	for _, o := range res.Leases {
+		switch o.Outcome {
+		case control.DrainHandedOff:
+			fmt.Fprintf(w, "  %s: handed off to %s\n", shown(o.Lease), shown(o.Holder))
+		case control.DrainStopped:
+			fmt.Fprintf(w, "  %s: %s\n", shown(o.Lease), shown(o.Msg))
+		default:
+			code = 1
+			fmt.Fprintf(w, "  %s: %s: %s\n", shown(o.Lease), strings.ReplaceAll(o.Outcome, "_", " "), shown(o.Msg))
+		}
+	}
+	if len(res.Leases) == 0 {
+		fmt.Fprintln(w, "  (it held no lease)")
+	}
+	return code
+}
+
+func cmdUndrain(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 0 {
+		fmt.Fprintln(stderr, mustLookup("undrain").synopsis())
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := control.Dial(socketPath).Undrain(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "unitlease undrain:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "node %s takes leases again\n", shown(res.Node))
 	return 0
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -55,7 +56,7 @@ func TestArgs(t *testing.T) {
 	t.Cleanup(func() { daemon.Version = oldVersion })
 
 	const guardUsage = "usage: unitlease guard UNIT\n"
-	const handoffUsage = "usage: unitlease handoff LEASE|UNIT\n"
+	const handoffUsage = "usage: unitlease handoff LEASE|UNIT [--to NODE]\n"
 	const resetUsage = "usage: unitlease reset [--config FILE] LEASE\n"
 	const clearUsage = "usage: unitlease clear [--config FILE] LEASE\n"
 	for _, tc := range []struct {
@@ -127,8 +128,9 @@ func TestArgs(t *testing.T) {
 type fakeService struct {
 	t        *testing.T
 	snapshot *control.Snapshot        // nil: Snapshot is unexpected
-	handoff  map[string]handoffAnswer // by target
+	handoff  map[string]handoffAnswer // by target, or "target to node"
 	guard    map[string]error         // by unit; nil admits
+	drain    *control.DrainResult     // nil: Drain and Undrain are unexpected
 
 	mu    sync.Mutex
 	calls []string
@@ -164,7 +166,28 @@ func (f *fakeService) Snapshot(context.Context) control.Snapshot {
 	return *f.snapshot
 }
 
-func (f *fakeService) Handoff(_ context.Context, target string) (control.HandoffResult, error) {
+func (f *fakeService) Drain(_ context.Context, stop bool) (control.DrainResult, error) {
+	f.record(fmt.Sprint("Drain stop=", stop))
+	if f.drain == nil {
+		f.t.Errorf("unexpected Drain")
+		return control.DrainResult{}, errors.New("unexpected drain")
+	}
+	return *f.drain, nil
+}
+
+func (f *fakeService) Undrain(context.Context) (control.DrainResult, error) {
+	f.record("Undrain")
+	if f.drain == nil {
+		f.t.Errorf("unexpected Undrain")
+		return control.DrainResult{}, errors.New("unexpected undrain")
+	}
+	return control.DrainResult{Node: f.drain.Node}, nil
+}
+
+func (f *fakeService) Handoff(_ context.Context, target, to string) (control.HandoffResult, error) {
+	if to != "" {
+		target += " to " + to
+	}
 	f.record("Handoff " + target)
 	a, ok := f.handoff[target]
 	if !ok {
@@ -313,6 +336,58 @@ func TestHandoff(t *testing.T) {
 	})
 }
 
+// TestHandoffTo: --to names the node before or after the lease, and
+// reaches the daemon as given.
+func TestHandoffTo(t *testing.T) {
+	for _, args := range [][]string{{"web", "--to", "node-c"}, {"--to", "node-c", "web"}, {"web", "--to=node-c"}} {
+		f := &fakeService{t: t, handoff: map[string]handoffAnswer{
+			"web to node-c": {res: control.HandoffResult{Lease: "web", Holder: "node-c", Version: 9}},
+		}}
+		serve(t, f)
+		code, stdout, stderr := runCmd(append([]string{"handoff"}, args...)...)
+		if code != 0 || stderr != "" || stdout != "lease web is now held by node-c (version 9)\n" {
+			t.Errorf("handoff %q: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+		f.wantCalls("Handoff web to node-c")
+	}
+	for _, args := range [][]string{{"web", "db", "--to", "node-c"}, {"--to", "node-c"}, {"web", "--to"}} {
+		f := &fakeService{t: t}
+		serve(t, f)
+		if code, _, stderr := runCmd(append([]string{"handoff"}, args...)...); code != 2 || !strings.Contains(stderr, "usage: unitlease handoff") {
+			t.Errorf("handoff %q: exit %d, stderr %q; want 2 and the synopsis", args, code, stderr)
+		}
+		f.wantCalls()
+	}
+}
+
+// TestDrain: drain prints each lease's fate and exits 1 while the node
+// still holds a lease; undrain says the node takes leases again.
+func TestDrain(t *testing.T) {
+	f := &fakeService{t: t, drain: &control.DrainResult{Node: "node-a", Drained: true, Leases: []control.DrainOutcome{
+		{Lease: "db", Outcome: control.DrainHandedOff, Holder: "node-b"},
+		{Lease: "web", Outcome: control.DrainLeftRunning, Msg: "no other node announces itself ready to take it"},
+	}}}
+	serve(t, f)
+	code, stdout, stderr := runCmd("drain")
+	want := "node node-a is drained: it takes no lease until `unitlease undrain`\n" +
+		"  db: handed off to node-b\n" +
+		"  web: left running: no other node announces itself ready to take it\n"
+	if code != 1 || stdout != want || stderr != "" {
+		t.Errorf("drain: exit %d, stdout %q, stderr %q; want 1 and %q", code, stdout, stderr, want)
+	}
+	f.drain.Leases = f.drain.Leases[:1]
+	if code, _, _ := runCmd("drain", "--stop"); code != 0 {
+		t.Errorf("drain --stop with every lease handed off: exit %d, want 0", code)
+	}
+	if code, stdout, _ := runCmd("undrain"); code != 0 || stdout != "node node-a takes leases again\n" {
+		t.Errorf("undrain: exit %d, stdout %q", code, stdout)
+	}
+	f.wantCalls("Drain stop=false", "Drain stop=true", "Undrain")
+	if code, _, _ := runCmd("drain", "extra"); code != 2 {
+		t.Errorf("drain extra: exit %d, want 2", code)
+	}
+}
+
 func TestNoDaemon(t *testing.T) {
 	useSocket(t, filepath.Join(socketDir(t), "control.sock"))
 	const noAnswer = "no answer from the unitlease daemon (is unitlease.service running?): "
@@ -324,6 +399,8 @@ func TestNoDaemon(t *testing.T) {
 		{[]string{"status", "--json"}, "unitlease status: " + noAnswer},
 		{[]string{"guard", "nginx.service"}, "unitlease guard: refusing to start nginx.service: " + noAnswer},
 		{[]string{"handoff", "web"}, "unitlease handoff: " + noAnswer},
+		{[]string{"drain"}, "unitlease drain: " + noAnswer},
+		{[]string{"undrain"}, "unitlease undrain: " + noAnswer},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runCmd(tc.args...)

@@ -103,14 +103,24 @@ func printStatus(w io.Writer, s control.Snapshot) {
 	tw.Flush()
 	fmt.Fprintln(w, "\nCluster (Redis):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LEASE\tSTATE\tHOLDER\tVERSION\tWATCHERS")
+	fmt.Fprintln(tw, "LEASE\tSTATE\tHOLDER\tVERSION\tWATCHERS\tNODES")
 	for _, c := range s.Cluster {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", shown(c.Lease), shown(c.State), shown(dash(c.Holder)), version(c.Version), c.Watchers)
+		state := c.State
+		if c.Next != "" {
+			state += " to " + c.Next
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", shown(c.Lease), shown(state), shown(dash(c.Holder)), version(c.Version), c.Watchers, nodes(c.Nodes))
 	}
 	if len(s.Cluster) == 0 {
 		fmt.Fprintln(tw, "(no lease in Redis yet: a node writes a lease's key when it first acquires it)")
 	}
 	tw.Flush()
+	if len(s.DrainedNodes) > 0 {
+		fmt.Fprintln(w, "\nDrained nodes (they take no lease):", shown(strings.Join(s.DrainedNodes, ", ")))
+	}
+	if s.Drained {
+		fmt.Fprintln(w, "This node is drained: `unitlease undrain` lets it take leases again.")
+	}
 	for _, e := range s.Errors {
 		fmt.Fprintln(w, "error:", shown(e))
 	}
@@ -146,6 +156,19 @@ func deadline(l control.LeaseStatus) string {
 		return "-"
 	}
 	return round(l.DeadlineLeft)
+}
+
+// nodes is what the nodes announce of a lease: "node-b ready, node-c
+// drained".
+func nodes(ns []control.NodeState) string {
+	if len(ns) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = shown(n.Node) + " " + shown(n.State)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func round(d time.Duration) string { return d.Round(100 * time.Millisecond).String() }

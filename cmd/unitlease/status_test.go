@@ -42,12 +42,14 @@ func fixtureSnapshot() control.Snapshot {
 			Since:        since.Add(-time.Hour),
 		}},
 		Cluster: []control.ClusterRow{
-			{Lease: "db", Holder: "node-a", Version: 12, State: "held", Watchers: 2},
+			{Lease: "db", Holder: "node-a", Version: 12, State: "held", Watchers: 2,
+				Nodes: []control.NodeState{{Node: "node-a", State: "ready"}, {Node: "node-b", State: "drained"}}},
 			{Lease: "web", Holder: "node-b", Version: 7, State: "held", Watchers: 2},
-			{Lease: "cache", Version: 4, State: "released", Watchers: 1},
+			{Lease: "cache", Version: 4, State: "released", Watchers: 1, Next: "node-c"},
 			{Lease: "queue", State: "missing"},
 		},
-		Errors: []string{"redis: GET unitlease:lease:queue: i/o timeout"},
+		Errors:       []string{"redis: GET unitlease:lease:queue: i/o timeout"},
+		DrainedNodes: []string{"node-b"},
 		Timing: control.TimingSummary{
 			LeaseSpan:     15 * time.Second,
 			Retry:         2 * time.Second,
@@ -68,11 +70,13 @@ db     db-backup.timer     node-a  leader   node-a  12       1.2s       8.8s    
 web    nginx.service       node-a  standby  node-b  7        42s        -              ?           handoff: node-b took over
 
 Cluster (Redis):
-LEASE  STATE     HOLDER  VERSION  WATCHERS
-db     held      node-a  12       2
-web    held      node-b  7        2
-cache  released  -       4        1
-queue  missing   -       -        0
+LEASE  STATE               HOLDER  VERSION  WATCHERS  NODES
+db     held                node-a  12       2         node-a ready, node-b drained
+web    held                node-b  7        2         -
+cache  released to node-c  -       4        1         -
+queue  missing             -       -        0         -
+
+Drained nodes (they take no lease): node-b
 error: redis: GET unitlease:lease:queue: i/o timeout
 `
 
@@ -90,11 +94,12 @@ LEASE  UNIT  NODE  ROLE  HOLDER  VERSION  LEASE AGE  DEADLINE LEFT  UNIT STATE  
 (no annotated units on this node: add an [X-UnitLease] section to a unit, then systemctl daemon-reload)
 
 Cluster (Redis):
-LEASE  STATE  HOLDER  VERSION  WATCHERS
+LEASE  STATE  HOLDER  VERSION  WATCHERS  NODES
 (no lease in Redis yet: a node writes a lease's key when it first acquires it)
+This node is drained: ` + "`unitlease undrain`" + ` lets it take leases again.
 `
 	var b bytes.Buffer
-	printStatus(&b, control.Snapshot{Node: "node-b"})
+	printStatus(&b, control.Snapshot{Node: "node-b", Drained: true})
 	if got := b.String(); got != want {
 		t.Errorf("printStatus:\n%s\nwant:\n%s", got, want)
 	}
@@ -112,7 +117,7 @@ db     db.service    node-b  refused  -       -        -          -             
 -      typo.service  node-b  invalid  -       -        -          -              -           /etc/systemd/system/typo.service:9: [X-UnitLease] of typo.service: Lease: empty
 
 Cluster (Redis):
-LEASE  STATE  HOLDER  VERSION  WATCHERS
+LEASE  STATE  HOLDER  VERSION  WATCHERS  NODES
 (no lease in Redis yet: a node writes a lease's key when it first acquires it)
 `
 	snap := control.Snapshot{Node: "node-b",
@@ -149,6 +154,7 @@ var statusJSONKeys = []string{
 	"leases[].lease", "leases[].units", "leases[].node", "leases[].role", "leases[].holding", "leases[].holder",
 	"leases[].version", "leases[].lease_age_ns", "leases[].deadline_left_ns", "leases[].reason", "leases[].unit_states", "leases[].since",
 	"cluster[].lease", "cluster[].holder", "cluster[].version", "cluster[].state", "cluster[].watchers", "cluster[].error",
+	"cluster[].next", "cluster[].nodes[].node", "cluster[].nodes[].state", "drained", "drained_nodes",
 	"errors",
 	"timing.lease_span_ns", "timing.retry_ns", "timing.renew_deadline_ns", "timing.stop_wait_ns",
 	"problems[].unit", "problems[].lease", "problems[].kind", "problems[].msg",
@@ -162,6 +168,7 @@ func TestStatusJSONSchema(t *testing.T) {
 	snap.Schema = control.Schema
 	snap.Leases[1].Reason = "x"
 	snap.Cluster[0].Error = "x"
+	snap.Cluster[0].Next = "x"
 	snap.Problems = []control.UnitProblem{{Unit: "u", Lease: "l", Kind: "refused", Msg: "m"}}
 	data, err := json.Marshal(snap)
 	if err != nil {

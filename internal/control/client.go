@@ -33,9 +33,31 @@ func (c *Client) Status(ctx context.Context) (Snapshot, error) {
 
 // Handoff asks the daemon to hand target (a lease or unit) to a peer and
 // waits for the answer.
-func (c *Client) Handoff(ctx context.Context, target string) (HandoffResult, error) {
+// A non-empty to names the node the release offers the lease to.
+func (c *Client) Handoff(ctx context.Context, target, to string) (HandoffResult, error) {
 	var r HandoffResult
-	return r, c.do(ctx, "POST", "/handoff?target="+queryEscape(target), &r)
+	q := "/handoff?target=" + queryEscape(target)
+	if to != "" {
+		q += "&to=" + queryEscape(to)
+	}
+	return r, c.do(ctx, "POST", q, &r)
+}
+
+// Drain asks the daemon to drain its node; stop also stops the leases no
+// peer is ready for.
+func (c *Client) Drain(ctx context.Context, stop bool) (DrainResult, error) {
+	var r DrainResult
+	q := "/drain"
+	if stop {
+		q += "?stop=1"
+	}
+	return r, c.do(ctx, "POST", q, &r)
+}
+
+// Undrain lets the node take leases again.
+func (c *Client) Undrain(ctx context.Context) (DrainResult, error) {
+	var r DrainResult
+	return r, c.do(ctx, "POST", "/undrain", &r)
 }
 
 // Guard asks whether unit may start on this node now.

@@ -69,7 +69,27 @@ func handler(c Service) http.Handler {
 		if !ok {
 			return
 		}
-		res, err := c.Handoff(r.Context(), target)
+		to, ok := name(w, r, "to")
+		if !ok {
+			return
+		}
+		res, err := c.Handoff(r.Context(), target, to)
+		if err != nil {
+			reply(w, http.StatusConflict, errorBody{err.Error()})
+			return
+		}
+		reply(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("POST /drain", func(w http.ResponseWriter, r *http.Request) {
+		res, err := c.Drain(r.Context(), r.URL.Query().Get("stop") == "1")
+		if err != nil {
+			reply(w, http.StatusConflict, errorBody{err.Error()})
+			return
+		}
+		reply(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("POST /undrain", func(w http.ResponseWriter, r *http.Request) {
+		res, err := c.Undrain(r.Context())
 		if err != nil {
 			reply(w, http.StatusConflict, errorBody{err.Error()})
 			return

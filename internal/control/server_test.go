@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,8 +19,17 @@ import (
 type fakeService struct{ guardCtx context.Context }
 
 func (f *fakeService) Snapshot(context.Context) Snapshot { return Snapshot{Node: "n"} }
-func (f *fakeService) Handoff(_ context.Context, target string) (HandoffResult, error) {
+func (f *fakeService) Handoff(_ context.Context, target, to string) (HandoffResult, error) {
+	if to != "" {
+		target += " to " + to
+	}
 	return HandoffResult{}, errors.New("refused: " + target)
+}
+func (f *fakeService) Drain(_ context.Context, stop bool) (DrainResult, error) {
+	return DrainResult{Node: "n", Drained: true, Leases: []DrainOutcome{{Lease: "l", Outcome: DrainLeftRunning, Msg: fmt.Sprint("stop=", stop)}}}, nil
+}
+func (f *fakeService) Undrain(context.Context) (DrainResult, error) {
+	return DrainResult{Node: "n"}, nil
 }
 func (f *fakeService) Guard(ctx context.Context, unit string) error {
 	f.guardCtx = ctx
@@ -89,8 +99,29 @@ func TestLongNamesAreRefusedUnechoed(t *testing.T) {
 			t.Fatalf("a 1 MiB header: %d %q", resp.StatusCode, body[:min(len(body), 100)])
 		}
 	}
-	if _, err := Dial(path).Handoff(t.Context(), "db"); err == nil || err.Error() != "refused: db" {
+	if _, err := Dial(path).Handoff(t.Context(), "db", ""); err == nil || err.Error() != "refused: db" {
 		t.Fatalf("a normal request after them: %v", err)
+	}
+}
+
+// TestHandoffToAndDrainCrossTheSocket: the node a handoff names and the
+// drain's stop reach the service as given, and the drain's outcome comes
+// back whole.
+func TestHandoffToAndDrainCrossTheSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run", "control.sock")
+	serveAt(t, path, &fakeService{})
+	if _, err := Dial(path).Handoff(t.Context(), "db", "node-c"); err == nil || err.Error() != "refused: db to node-c" {
+		t.Fatalf("handoff --to: %v", err)
+	}
+	for _, stop := range []bool{false, true} {
+		res, err := Dial(path).Drain(t.Context(), stop)
+		want := DrainResult{Node: "n", Drained: true, Leases: []DrainOutcome{{Lease: "l", Outcome: DrainLeftRunning, Msg: fmt.Sprint("stop=", stop)}}}
+		if err != nil || !reflect.DeepEqual(res, want) {
+			t.Fatalf("drain(stop=%t): %+v, %v; want %+v", stop, res, err, want)
+		}
+	}
+	if res, err := Dial(path).Undrain(t.Context()); err != nil || res.Drained || res.Node != "n" {
+		t.Fatalf("undrain: %+v, %v", res, err)
 	}
 }
 

@@ -20,9 +20,15 @@ const SocketPath = "/run/unitlease/control.sock"
 type Service interface {
 	// Snapshot is this node's leases and the cluster's view.
 	Snapshot(ctx context.Context) Snapshot
-	// Handoff hands target (a lease or a unit) to a peer and returns who
-	// took it.
-	Handoff(ctx context.Context, target string) (HandoffResult, error)
+	// Handoff hands target (a lease or a unit) to a peer (to, if not
+	// "") and returns who took it.
+	Handoff(ctx context.Context, target, to string) (HandoffResult, error)
+	// Drain hands every lease this node holds to a ready peer (stopping
+	// the ones none is ready for only if stop) and keeps the node from
+	// taking any until Undrain; it persists across restarts.
+	Drain(ctx context.Context, stop bool) (DrainResult, error)
+	// Undrain lets the node take leases again.
+	Undrain(ctx context.Context) (DrainResult, error)
 	// Guard returns nil if unit may start on this node now. Over the
 	// socket, ctx carries the caller (PeerOf).
 	Guard(ctx context.Context, unit string) error
@@ -41,6 +47,11 @@ type Snapshot struct {
 	Cluster []ClusterRow  `json:"cluster"`
 	Errors  []string      `json:"errors,omitempty"` // config errors, Redis trouble
 	Timing  TimingSummary `json:"timing"`
+	// Drained: this node is drained (it takes no lease).
+	Drained bool `json:"drained"`
+	// DrainedNodes are the nodes that announce they are drained, this
+	// one included.
+	DrainedNodes []string `json:"drained_nodes,omitempty"`
 	// Problems are the units this node refused or could not read the
 	// annotation of, with the reason: not managed here (or, for a unit of
 	// a lease it manages, that lease is ineligible here).
@@ -86,6 +97,17 @@ type ClusterRow struct {
 	State    string `json:"state"`    // held, released, missing, garbage
 	Watchers int    `json:"watchers"` // daemons managing it
 	Error    string `json:"error,omitempty"`
+	// Next is the node a released record offers the lease to.
+	Next string `json:"next,omitempty"`
+	// Nodes is what each node that manages the lease announces of it:
+	// ready, drained, excluded, ineligible.
+	Nodes []NodeState `json:"nodes,omitempty"`
+}
+
+// NodeState is what one node announces of a lease.
+type NodeState struct {
+	Node  string `json:"node"`
+	State string `json:"state"`
 }
 
 // TimingSummary is the timing in force.
@@ -95,6 +117,29 @@ type TimingSummary struct {
 	RenewDeadline time.Duration `json:"renew_deadline_ns"`
 	StopWait      time.Duration `json:"stop_wait_ns"`
 }
+
+// DrainResult says what a drain did with each lease this node held.
+type DrainResult struct {
+	Node    string         `json:"node"`
+	Drained bool           `json:"drained"` // the node's state now
+	Leases  []DrainOutcome `json:"leases,omitempty"`
+}
+
+// DrainOutcome is one lease's fate in a drain.
+type DrainOutcome struct {
+	Lease   string `json:"lease"`
+	Outcome string `json:"outcome"` // handed_off, left_running, stopped, failed
+	Holder  string `json:"holder,omitempty"`
+	Msg     string `json:"msg,omitempty"`
+}
+
+// The outcomes of a drain.
+const (
+	DrainHandedOff   = "handed_off"
+	DrainLeftRunning = "left_running"
+	DrainStopped     = "stopped"
+	DrainFailed      = "failed"
+)
 
 // HandoffResult says who took the lease.
 type HandoffResult struct {

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/unitlease/unitlease/internal/config"
@@ -60,6 +61,11 @@ type LeaseStore interface {
 	Wakeups(ctx context.Context, leases []string) <-chan redislease.Wake
 	List(ctx context.Context) ([]redislease.Entry, error)
 	Durability(ctx context.Context) redislease.Durability
+	// What the nodes announce (redislease's presence).
+	SetAnnouncements(ctx context.Context, as []redislease.Announcement) error
+	Announced(ctx context.Context, lease, node string) (string, error)
+	ReadyAmong(ctx context.Context, nodes map[string][]string) (map[string][]string, error)
+	Announcements(ctx context.Context) ([]redislease.Announcement, error)
 }
 
 // Daemon runs the supervisors of every annotated unit on this node.
@@ -74,6 +80,9 @@ type Daemon struct {
 	notify func(string)
 
 	again chan struct{} // asks the loop for another reload
+
+	stateDir string      // StateDir, or a test's ("": no drain)
+	drained  atomic.Bool // the node takes no lease (Drain)
 
 	mu   sync.Mutex
 	sups map[string]*running // by lease

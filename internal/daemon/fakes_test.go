@@ -20,6 +20,8 @@ type memStore struct {
 	mu     sync.Mutex
 	raw    map[string]string // "": missing
 	tokens int
+	mine   []redislease.Announcement // what node-a announces
+	peers  []redislease.Announcement // what the tests make other nodes announce
 }
 
 func newMemStore() *memStore { return &memStore{raw: map[string]string{}} }
@@ -93,6 +95,7 @@ func (f *memStore) Release(_ context.Context, name string, held policy.Record) (
 	}
 	cur.Version++
 	cur.Released = true
+	cur.Next = held.Next
 	return f.write(name, cur), nil
 }
 
@@ -107,6 +110,59 @@ func (f *memStore) Wakeups(ctx context.Context, _ []string) <-chan redislease.Wa
 func (f *memStore) List(context.Context) ([]redislease.Entry, error) { return nil, nil }
 
 func (f *memStore) Durability(context.Context) redislease.Durability { return redislease.Durability{} }
+
+func (f *memStore) SetAnnouncements(_ context.Context, as []redislease.Announcement) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mine = slices.Clone(as)
+	return nil
+}
+
+// announce makes other nodes announce as.
+func (f *memStore) announce(as ...redislease.Announcement) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.peers = as
+}
+
+// announced is what node-a announces now.
+func (f *memStore) announced() []redislease.Announcement {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.mine)
+}
+
+func (f *memStore) Announcements(context.Context) ([]redislease.Announcement, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Concat(f.mine, f.peers), nil
+}
+
+func (f *memStore) Announced(ctx context.Context, lease, node string) (string, error) {
+	as, _ := f.Announcements(ctx)
+	state := ""
+	for _, a := range as {
+		switch {
+		case a.Node == node && a.Lease == "" && a.State == redislease.AnnounceDrained:
+			return a.State, nil
+		case a.Node == node && a.Lease == lease:
+			state = a.State
+		}
+	}
+	return state, nil
+}
+
+func (f *memStore) ReadyAmong(ctx context.Context, nodes map[string][]string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for lease, ns := range nodes {
+		for _, n := range ns {
+			if st, _ := f.Announced(ctx, lease, n); st == redislease.AnnounceReady {
+				out[lease] = append(out[lease], n)
+			}
+		}
+	}
+	return out, nil
+}
 
 // fakeSystemd is systemd for the daemon's tests: the annotated units
 // (unit -> lease), their states, and units whose stop fails (they stay

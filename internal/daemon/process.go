@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,8 +23,9 @@ import (
 
 // RunOptions are the parts of a daemon tests and packaging may change.
 type RunOptions struct {
-	Socket  string         // default control.SocketPath
-	Unitctl unitctl.Config // Guard, DaemonUnit; StopWait comes from the config
+	Socket   string         // default control.SocketPath
+	StateDir string         // default StateDir
+	Unitctl  unitctl.Config // Guard, DaemonUnit; StopWait comes from the config
 }
 
 // Run is `unitlease run`: it manages every annotated unit until ctx ends
@@ -73,6 +75,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	}
 	warnDurability(ctx, store, log)
 	d := New(cfg, log, store, sd, opts.Unitctl, notify(log))
+	d.stateDir = cmp.Or(opts.StateDir, StateDir)
+	d.loadDrained()
 	serveErr := make(chan error, 1)
 	go func() {
 		l, err := control.Listen(opts.Socket)

@@ -15,9 +15,10 @@ import (
 	"github.com/unitlease/unitlease/unitctl"
 )
 
-// quietStore is the real store without wake-ups: a subscription waits on
-// the network, which a synctest bubble does not count as blocked, so its
-// fake clock would never move. Wake-ups only hurry observations.
+// quietStore is the real store without wake-ups or announcements: a
+// subscription waits on the network, which a synctest bubble does not
+// count as blocked, so its fake clock would never move. Wake-ups only
+// hurry observations; announcements only steer handoffs.
 type quietStore struct{ *redislease.Store }
 
 func (quietStore) Wakeups(ctx context.Context, _ []string) <-chan redislease.Wake {
@@ -25,6 +26,8 @@ func (quietStore) Wakeups(ctx context.Context, _ []string) <-chan redislease.Wak
 	context.AfterFunc(ctx, func() { close(ch) })
 	return ch
 }
+
+func (quietStore) SetAnnouncements(context.Context, []redislease.Announcement) error { return nil }
 
 // clusterNode is one node's daemon over a real Redis, with its own fake
 // systemd; a start while another node's systemd has the unit active fails

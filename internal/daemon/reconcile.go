@@ -55,6 +55,7 @@ func (d *Daemon) Reload(ctx context.Context) {
 	}
 	d.reverify(ctx, found, changed)
 	d.rewatch(ctx)
+	d.announce(ctx)
 	d.notify("STATUS=" + d.summary())
 }
 
@@ -284,7 +285,7 @@ const RenewGrid = 10
 func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 	_, identified := d.store.(interface{ Identifies() })
 	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64(), RenewGrid: d.cfg.Timing.Retry / RenewGrid,
-		Identified: identified})
+		Identified: identified, Node: d.cfg.Node, Withdrawn: d.withdrawn(lease)})
 	if err != nil {
 		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
 		return

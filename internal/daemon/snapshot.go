@@ -25,7 +25,32 @@ func (d *Daemon) Snapshot(ctx context.Context) control.Snapshot {
 		snap.Errors = append(snap.Errors, err.Error())
 	}
 	snap.Cluster = rows
+	snap.Drained = d.drained.Load()
+	if as, err := d.store.Announcements(ctx); err != nil {
+		snap.Errors = append(snap.Errors, err.Error())
+	} else {
+		snap.DrainedNodes = withAnnouncements(snap.Cluster, as)
+	}
 	return snap
+}
+
+// withAnnouncements adds to each row what every node announces of its
+// lease, and returns the nodes that announce themselves drained.
+func withAnnouncements(rows []control.ClusterRow, as []redislease.Announcement) (drained []string) {
+	at := map[string]int{}
+	for i, r := range rows {
+		at[r.Lease] = i
+	}
+	for _, a := range as {
+		if a.Lease == "" {
+			drained = append(drained, a.Node)
+			continue
+		}
+		if i, ok := at[a.Lease]; ok {
+			rows[i].Nodes = append(rows[i].Nodes, control.NodeState{Node: a.Node, State: a.State})
+		}
+	}
+	return drained
 }
 
 func (d *Daemon) unitStates(ctx context.Context, units []string) []string {
@@ -55,7 +80,7 @@ func ClusterView(ctx context.Context, store Lister) ([]control.ClusterRow, error
 	}
 	var rows []control.ClusterRow
 	for _, e := range entries {
-		row := control.ClusterRow{Lease: e.Name, Holder: e.Record.Holder, Version: e.Record.Version, State: redislease.StateOf(e.Record)}
+		row := control.ClusterRow{Lease: e.Name, Holder: e.Record.Holder, Version: e.Record.Version, State: redislease.StateOf(e.Record), Next: e.Record.Next}
 		switch {
 		case e.Err != nil:
 			row.State, row.Error = "garbage", e.Err.Error()

@@ -119,6 +119,8 @@ type Supervisor struct {
 
 	nudged     atomic.Bool                 // a nudge is on its way to a step
 	ineligible atomic.Bool                 // the last SetEligible said no
+	withdrawn  atomic.Bool                 // the last SetWithdrawn said yes (or the machine began withdrawn)
+	delay      atomic.Int64                // the last SetDelay's
 	busy       atomic.Int64                // 1 + the Instant a step began, or 0 between steps
 	due        atomic.Int64                // 1 + the Instant of the next wake-up, or 0 for none
 	stopping   atomic.Pointer[pendingStop] // a stop due by a deadline that systemd does not have yet
@@ -139,6 +141,7 @@ func New(lease string, units []string, node string, m policy.Machine, store Reco
 		done: make(chan struct{}),
 	}
 	s.bound, _ = store.(UnitRecords)
+	s.withdrawn.Store(m.Withdrawn())
 	s.publish(s.clock(), "")
 	return s
 }
@@ -384,6 +387,42 @@ func (s *Supervisor) taken(p *pendingStop, unit string) {
 func (s *Supervisor) Handoff(ctx context.Context) {
 	s.send(ctx, policy.Event{Kind: policy.HandoffRequested})
 }
+
+// HandoffTo is Handoff whose release offers the lease to node: it alone
+// may take it at once, any node after the lease span.
+func (s *Supervisor) HandoffTo(ctx context.Context, node string) {
+	s.send(ctx, policy.Event{Kind: policy.HandoffRequested, To: node})
+}
+
+// SetWithdrawn says whether this node stays out of the competition for
+// the lease (drained, or the unit failed here too often): it acquires
+// nothing, and what runs keeps running. Only a change reaches the
+// machine.
+func (s *Supervisor) SetWithdrawn(ctx context.Context, out bool) {
+	if s.withdrawn.Swap(out) == out {
+		return
+	}
+	kind := policy.Compete
+	if out {
+		kind = policy.Withdraw
+	}
+	s.send(ctx, policy.Event{Kind: kind})
+}
+
+// SetDelay makes the standby wait delay longer before it acquires (a
+// more preferred node is ready); zero ends it.
+func (s *Supervisor) SetDelay(ctx context.Context, delay time.Duration) {
+	if time.Duration(s.delay.Swap(int64(delay))) == delay {
+		return
+	}
+	s.send(ctx, policy.Event{Kind: policy.Defer, Delay: delay})
+}
+
+// Ineligible reports whether the last SetEligible said no.
+func (s *Supervisor) Ineligible() bool { return s.ineligible.Load() }
+
+// Withdrawn reports whether the node stays out of the competition.
+func (s *Supervisor) Withdrawn() bool { return s.withdrawn.Load() }
 
 // Unmanage is Handoff when the daemon stops managing the lease on this
 // node (its annotation was removed, changed, or refused): the journal
