@@ -41,14 +41,15 @@ const (
 	CauseIneligible        // this node must not run the unit
 	CauseUnmanaged         // the lease is no longer annotated on this node (removed, or refused)
 	CauseWithdrawn         // the node withdrew (drained, or failed the unit too often) before the unit started
+	CauseDisabled          // an operator disabled the lease cluster-wide
 )
 
-var causeNames = []string{"none", "startup", "renew_failed", "lost", "missing", "unit_failed", "start_failed", "handoff", "ineligible", "unmanaged", "withdrawn"}
+var causeNames = []string{"none", "startup", "renew_failed", "lost", "missing", "unit_failed", "start_failed", "handoff", "ineligible", "unmanaged", "withdrawn", "disabled"}
 
 func (c Cause) String() string { return name(causeNames, "cause", uint8(c)) }
 
 // backsOff reports whether a node that stopped for c leaves the lease to a
 // peer for a while afterwards: when it gave the lease up itself.
 func (c Cause) backsOff() bool {
-	return c == CauseRenewFailed || c == CauseUnitFailed || c == CauseStartFailed || c == CauseHandoff || c == CauseIneligible || c == CauseUnmanaged || c == CauseWithdrawn
+	return c == CauseRenewFailed || c == CauseUnitFailed || c == CauseStartFailed || c == CauseHandoff || c == CauseIneligible || c == CauseUnmanaged || c == CauseWithdrawn || c == CauseDisabled
 }

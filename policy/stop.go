@@ -65,11 +65,12 @@ func (m *Machine) leave() {
 // acquires the released record at once (only e.To, if it names one,
 // until the lease span passed). Refused where nothing runs. The cause is
 // CauseUnmanaged when the daemon stops managing the lease here (its
-// annotation was removed or refused), CauseHandoff otherwise.
+// annotation was removed or refused), CauseDisabled when an operator
+// disabled the lease, CauseHandoff otherwise.
 func (m *Machine) handoff(e Event, o *Output) {
 	c := CauseHandoff
-	if e.Cause == CauseUnmanaged {
-		c, e.To = CauseUnmanaged, ""
+	if e.Cause == CauseUnmanaged || e.Cause == CauseDisabled {
+		c, e.To = e.Cause, ""
 	}
 	if !m.giveUp(c, o) {
 		o.note(JournalRefused)

@@ -16,6 +16,31 @@ type Wake struct {
 	// Resync is set after the subscription was (re-)established: events
 	// may have been missed, so observe every lease.
 	Resync bool
+	// ClearFailures: `unitlease clear` asks every node to forget the
+	// lease's failures (ClearFailures). Nothing of the record changed.
+	ClearFailures bool
+	// Toggled: an operator disabled or enabled the lease (Disable,
+	// Enable). Nothing of the record changed.
+	Toggled bool
+}
+
+// clearFailuresMessage is what ClearFailures publishes on a lease's
+// channel; the scripts publish records, which are JSON objects.
+const clearFailuresMessage = "clear-failures"
+
+// ClearFailures asks every daemon that watches lease to forget the
+// failures of its units (a node that failed them FailureThreshold= times
+// competes again), and returns how many daemons heard it. A daemon not
+// connected at that moment does not: its failures leave their window on
+// their own.
+func (s *Store) ClearFailures(ctx context.Context, lease string) (int64, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	n, err := s.rdb.Publish(ctx, s.Channel(lease), clearFailuresMessage).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redislease: clearing the failures of %s: %w", lease, err)
+	}
+	return n, nil
 }
 
 // Wakeups subscribes to the events channels of the given leases and
@@ -84,6 +109,8 @@ func (s *Store) subscribe(ctx context.Context, leases []string, out chan<- Wake)
 			w.Resync = true
 		case *redis.Message:
 			w.Lease = strings.TrimPrefix(m.Channel, s.prefix+"events:")
+			w.ClearFailures = m.Payload == clearFailuresMessage
+			w.Toggled = m.Payload == disabledMessage || m.Payload == enabledMessage
 		default:
 			continue
 		}

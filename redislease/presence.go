@@ -38,9 +38,12 @@ const (
 	// AnnounceIneligible: the node must not run the unit (a drop-in is
 	// defeated, a unit refused).
 	AnnounceIneligible = "ineligible"
+	// AnnounceDisabled: an operator disabled the lease (Disable): no node
+	// takes it.
+	AnnounceDisabled = "disabled"
 )
 
-var announceStates = []string{AnnounceReady, AnnounceDrained, AnnounceExcluded, AnnounceIneligible}
+var announceStates = []string{AnnounceReady, AnnounceDrained, AnnounceExcluded, AnnounceIneligible, AnnounceDisabled}
 
 // Announcement is what one node says of itself: of one lease, or of
 // itself (Lease "") when it is drained.

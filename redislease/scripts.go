@@ -15,6 +15,7 @@ import (
 //	{"garbage", cur}    the key holds something that is not a record
 //	{"garbage", v, key} a unit key holds something that is not a unit record
 //	{"claimed", key, v} a unit key names another lease (v absent if missing)
+//	{"disabled"}        acquire: an operator disabled the lease
 //
 // KEYS[1] is the lease key; KEYS[2..] are the unit keys of the lease's
 // units (none for a store call without units). A unit key holds the
@@ -130,8 +131,11 @@ end
 // highest version it has seen, which survives a Redis data loss) and the
 // server's clock in milliseconds (recordLua's nowms: above every version
 // a rollback lost). The unit keys are claimed: each gets the new record
-// under this lease's name.
+// under this lease's name. The last ARGV is the lease's disabled marker
+// (DisabledKey): while it exists, nothing is written ('disabled'). TYPE,
+// not EXISTS: the ACL of an earlier version grants it.
 var acquireScript = redis.NewScript(recordLua + `
+if redis.call('TYPE', ARGV[#ARGV])['ok'] ~= 'none' then return {'disabled'} end
 local cur = getv(KEYS[1])
 if ARGV[2] == '1' then
   if cur then return {'conflict', cur} end

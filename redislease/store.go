@@ -364,6 +364,7 @@ func (s *Store) AcquireUnits(ctx context.Context, name string, units []string, s
 	for _, u := range units {
 		args = append(args, expected[u])
 	}
+	args = append(args, s.DisabledKey(name))
 	reply, server, err := s.run(ctx, acquireScript, name, units, args...)
 	if err != nil {
 		return policy.Record{}, err
@@ -647,6 +648,8 @@ func (s *Store) decodeReply(name string, reply []any, seen map[string]string) (p
 		return rec, err
 	case "missing":
 		return policy.Record{}, fmt.Errorf("%w: %s", ErrMissing, key)
+	case "disabled":
+		return policy.Record{}, fmt.Errorf("%w: %s exists", ErrDisabled, s.DisabledKey(name))
 	case "garbage":
 		if len(reply) > 2 { // a unit key's value
 			gkey, _ := reply[2].(string)

@@ -369,6 +369,18 @@ func TestPasswordFileAndACL(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAcquire(t, b, "vpn")
+	// clear's word to every watcher to forget the lease's failures.
+	if n, err := b.ClearFailures(bg, "vpn"); err != nil || n != 1 {
+		t.Fatalf("clear failures under the ACL: heard by %d, %v", n, err)
+	}
+	waitWake(t, wakes, Wake{Lease: "vpn", ClearFailures: true})
+	// disable and enable under the ACL (enable deletes the marker).
+	if _, err := b.Disable(bg, "vpn"); err != nil {
+		t.Fatalf("disable under the ACL: %v", err)
+	}
+	if was, err := b.Enable(bg, "vpn"); err != nil || !was {
+		t.Fatalf("enable under the ACL: %t, %v", was, err)
+	}
 	if entries, err := a.List(bg); err != nil || len(entries) != 1 {
 		t.Fatalf("list under the ACL: %v %v", entries, err)
 	}

@@ -96,7 +96,7 @@ func (d *Deployment) Teardown(ctx context.Context) {
 		}
 		_, _, _ = n.Run(ctx, "systemctl", "stop", "unitlease.service", "demo.service", "other.service")
 		_, _, _ = n.Run(ctx, "rm", "-rf", "/etc/systemd/system/demo.service", "/etc/systemd/system/other.service",
-			"/etc/systemd/system/unitlease.service", "/etc/unitlease", "/var/lib/unitlease", "/run/systemd/system/demo.service.d", "/run/systemd/system/other.service.d")
+			"/etc/systemd/system/unitlease.service", "/etc/unitlease", "/var/lib/unitlease", "/etc/systemd/system/demo.service.d", "/run/systemd/system/demo.service.d", "/run/systemd/system/other.service.d")
 		_, _, _ = n.Run(ctx, "systemctl", "daemon-reload")
 		_, _, _ = n.Run(ctx, "systemctl", "reset-failed")
 	}

@@ -3,7 +3,9 @@
 package vmtests
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +178,209 @@ func TestHandoffToLandsOnTheNamedNode(t *testing.T) {
 		}
 	}
 	run(t, drained, "unitlease", "undrain")
+	d.noViolations()
+}
+
+// starts are the nodes the witness started on, in order.
+func (d *daemons) starts() []string {
+	var s []string
+	for _, r := range d.Records() {
+		if r.What == "start" {
+			s = append(s, r.Node)
+		}
+	}
+	return s
+}
+
+// waitStarts waits until the witness has started n times, and returns
+// the nodes it started on.
+func (d *daemons) waitStarts(n int, limit time.Duration) []string {
+	d.t.Helper()
+	for deadline := time.Now().Add(limit); ; time.Sleep(50 * time.Millisecond) {
+		if s := d.starts(); len(s) >= n || time.Now().After(deadline) {
+			return s
+		}
+	}
+}
+
+// TestPreferredNodeWinsAfterACrashAndFailsBack: with Prefer= naming the
+// three nodes in order and Failback=yes, the most preferred node leads;
+// twice, its power is cut, the second node takes over (never the third,
+// which defers to it), and once the first node's daemon is back and has
+// been ready for FailbackSettle=, the second hands the lease back to it,
+// with a handoff's gap.
+func TestPreferredNodeWinsAfterACrashAndFailsBack(t *testing.T) {
+	n := []*Node{cluster.Node(0), cluster.Node(1), cluster.Node(2)}
+	d := deployOn(t, n)
+	t.Cleanup(func() {
+		if !n[0].Running() {
+			_ = n[0].Boot(context.Background())
+		}
+	})
+	dropIn := fmt.Sprintf("[X-UnitLease]\nPrefer=%s %s %s\nFailback=yes\nFailbackSettle=3s\n", n[0].Name, n[1].Name, n[2].Name)
+	for _, node := range n {
+		run(t, node, "mkdir", "-p", "/etc/systemd/system/demo.service.d")
+		d.write(node, "/etc/systemd/system/demo.service.d/prefer.conf", dropIn)
+		run(t, node, "systemctl", "daemon-reload")
+	}
+	// Whoever took the lease first, it fails back to the first node.
+	waitState(t, n[0], "demo.service", "active", 60*time.Second)
+	before := len(d.starts())
+	for round := range 2 {
+		if err := n[0].PowerCut(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, n[1], "demo.service", "active", 60*time.Second)
+		if on := d.Running(t.Context()); len(on) != 1 || on[0] != n[1] {
+			t.Fatalf("round %d: after the power cut demo.service runs on %v, want %s alone", round, names(on), n[1].Name)
+		}
+		if err := n[0].Boot(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		run(t, n[0], "systemctl", "start", "unitlease.service")
+		waitState(t, n[0], "demo.service", "active", 60*time.Second)
+		if ev := d.events(n[1]); !has(ev, "failback") {
+			t.Fatalf("round %d: %s's events %v lack failback", round, n[1].Name, ev)
+		}
+		t.Logf("round %d: the power cut moved the lease to %s; it failed back to %s with a gap of %v", round, n[1].Name, n[0].Name, d.lastGap(n[1], n[0]))
+	}
+	want := []string{n[1].Name, n[0].Name, n[1].Name, n[0].Name}
+	if got := d.waitStarts(before+len(want), 10*time.Second)[before:]; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("after the first node led, the witness started on %v, want %v", got, want)
+	}
+	d.noViolations()
+}
+
+// lastGap is the time from old's last stop to new's start after it, from
+// the witness's records.
+func (d *daemons) lastGap(old, new *Node) time.Duration {
+	d.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var stopped, started time.Duration = -1, -1
+		for _, r := range d.Records() {
+			switch {
+			case r.What == "stop" && r.Node == old.Name:
+				stopped, started = r.At, -1
+			case r.What == "start" && r.Node == new.Name && stopped >= 0 && started < 0:
+				started = r.At
+			}
+		}
+		if started >= 0 {
+			return started - stopped
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("the witness's records show no stop on %s followed by a start on %s: %+v", old.Name, new.Name, d.Records())
+		}
+	}
+}
+
+func names(ns []*Node) []string {
+	var s []string
+	for _, n := range ns {
+		s = append(s, n.Name)
+	}
+	return s
+}
+
+// TestAUnitThatAlwaysFailsRestsReleased: the witness fails two seconds
+// after every start. Each node counts its failures (FailureThreshold=3
+// by default), excludes itself at the third, and once both have, the
+// lease rests released with the event that says so, instead of moving
+// back and forth; never two copies at once. unitlease clear lets the
+// nodes compete again.
+func TestAUnitThatAlwaysFailsRestsReleased(t *testing.T) {
+	d := deploy(t, "-fail-after", "2s")
+	var resting string
+	for deadline := time.Now().Add(3 * time.Minute); resting == ""; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease never rested:\n%s", d.journals())
+		}
+		for _, n := range d.nodes {
+			if msg := d.Messages(t.Context(), n, "resting"); msg != "" {
+				resting = n.Name + ": " + msg
+			}
+		}
+	}
+	t.Logf("%s", resting)
+	for _, n := range d.nodes {
+		if !has(d.events(n), "excluded") {
+			t.Fatalf("%s's events %v lack excluded", n.Name, d.events(n))
+		}
+		out := run(t, n, "unitlease", "status", "--json")
+		var snap struct {
+			Leases []struct {
+				Failures int  `json:"failures"`
+				Excluded bool `json:"excluded"`
+			} `json:"leases"`
+		}
+		if err := json.Unmarshal([]byte(out), &snap); err != nil || len(snap.Leases) != 1 || !snap.Leases[0].Excluded || snap.Leases[0].Failures != 3 {
+			t.Fatalf("status on %s: %v\n%s", n.Name, err, out)
+		}
+		if got := active(t, n, "demo.service"); got == "active" {
+			t.Fatalf("demo.service runs on %s after the lease came to rest", n.Name)
+		}
+	}
+	if starts := d.starts(); len(starts) != 6 {
+		t.Fatalf("the witness started %d times (%v), want 6: three failures on each node", len(starts), starts)
+	}
+	if c := statusJSON(t, d.nodes[0]).Cluster; len(c) != 1 || c[0].State != "released" {
+		t.Fatalf("the resting lease's record: %+v, want released", c)
+	}
+	t.Logf("status:\n%s", run(t, d.nodes[0], "unitlease", "status"))
+	out := run(t, d.nodes[0], "unitlease", "clear", "demo")
+	if !strings.Contains(out, "failures forgotten by the 2 daemons watching it") {
+		t.Fatalf("clear: %s", out)
+	}
+	t.Logf("unitlease clear demo:\n%s", out)
+	if s := d.waitStarts(7, 60*time.Second); len(s) < 7 {
+		t.Fatalf("after clear, no node started the unit again: %v", s)
+	}
+	d.noViolations()
+}
+
+// TestDisableKeepsTheLeaseStoppedAcrossRestarts: unitlease disable on the
+// standby stops the unit on the leader (it releases the lease), and no
+// node starts it for two lease spans after every daemon restarted;
+// status shows the lease disabled; enable lets a node take it again.
+func TestDisableKeepsTheLeaseStoppedAcrossRestarts(t *testing.T) {
+	d := deploy(t)
+	leader, standby := d.leader(60 * time.Second)
+	out, stderr, err := standby.Run(t.Context(), "unitlease", "disable", "demo")
+	if err != nil || !strings.Contains(out, "lease demo is disabled") || !strings.Contains(out, "released by "+leader.Name) {
+		t.Fatalf("disable: %v\n%s%s\n%s", err, out, stderr, d.journals())
+	}
+	t.Logf("unitlease disable demo:\n%s", out)
+	if got := active(t, leader, "demo.service"); got == "active" {
+		t.Fatalf("demo.service still runs on %s after disable returned", leader.Name)
+	}
+	if !strings.Contains(d.journal(leader, "-u", "unitlease.service", "-o", "cat"), "demo.service: stopping (disabled)") {
+		t.Fatalf("%s's journal does not say it stopped for the disable:\n%s", leader.Name, d.journals())
+	}
+	for _, n := range d.nodes {
+		run(t, n, "systemctl", "restart", "unitlease.service")
+	}
+	span := statusJSON(t, leader).Timing.LeaseSpan
+	for deadline := time.Now().Add(2*span + 30*time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if on := d.Running(t.Context()); len(on) > 0 {
+			t.Fatalf("the disabled lease's unit runs on %v\n%s", names(on), d.journals())
+		}
+		if st := LeaseStatus(t.Context(), standby); st.LeaseAge > 2*span {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never saw the record age two lease spans", standby.Name)
+		}
+	}
+	table := run(t, standby, "unitlease", "status")
+	if !strings.Contains(table, "Disabled leases (no node takes them until `unitlease enable`): demo (by "+standby.Name) {
+		t.Fatalf("status does not show demo disabled:\n%s", table)
+	}
+	t.Logf("status while disabled:\n%s", table)
+	if out := run(t, leader, "unitlease", "enable", "demo"); !strings.Contains(out, "lease demo is enabled") {
+		t.Fatalf("enable: %s", out)
+	}
+	if _, err := d.Leader(t.Context(), 30*time.Second); err != nil {
+		t.Fatalf("after enable: %v\n%s", err, d.journals())
+	}
 	d.noViolations()
 }

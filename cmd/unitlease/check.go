@@ -348,18 +348,87 @@ func clearStopFailed(cfg *config.Config, lease string, out io.Writer) error {
 	defer store.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	heard, herr := store.ClearFailures(ctx, lease)
+	if herr == nil {
+		fmt.Fprintf(out, "lease %s: failures forgotten by the %d daemons watching it; a node they excluded competes again\n", lease, heard)
+	}
 	was, now, units, err := store.Clear(ctx, lease)
-	if errors.Is(err, redislease.ErrNotStopFailed) {
-		return fmt.Errorf("%w: clear only releases a lease whose holder could not stop its units (use `unitlease handoff` to move a lease)", err)
+	if errors.Is(err, redislease.ErrNotStopFailed) && herr == nil {
+		fmt.Fprintf(out, "%v: the record is left as it is (clear releases only a stop_failed record)\n", err)
+		return nil
 	}
 	if err != nil {
-		return err
+		return errors.Join(herr, err)
 	}
 	fmt.Fprintf(out, "lease %s: was stop_failed on %s at version %d\n", lease, was.Holder, was.Version)
 	if len(units) > 0 {
 		fmt.Fprintf(out, "unit keys released with it: %s\n", strings.Join(units, ", "))
 	}
 	fmt.Fprintf(out, "lease %s: now released at version %d; a standby may acquire it at once\n", lease, now.Version)
+	return nil
+}
+
+// disableLease marks the lease disabled, then waits until its holder,
+// if any, has stopped its units and released it, and says how it ended.
+func disableLease(cfg *config.Config, lease string, out io.Writer) error {
+	store, err := redislease.New(cfg.RedisConfig())
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	already, err := store.Disable(ctx, lease)
+	if err != nil {
+		return err
+	}
+	if already {
+		fmt.Fprintf(out, "lease %s was disabled already\n", lease)
+	} else {
+		fmt.Fprintf(out, "lease %s is disabled: no node takes it until `unitlease enable %s`\n", lease, lease)
+	}
+	// The holder's daemon reads it within poll_max (at once, if it heard
+	// the message), then stops its units within stop_wait and releases.
+	t := cfg.Timing
+	limit := time.Now().Add(t.PollMax + t.Retry + t.StopWait + 4*t.ReplyMax + time.Second)
+	for {
+		rec, err := store.Observe(ctx, lease)
+		switch {
+		case err != nil:
+			return err
+		case !rec.Present:
+			fmt.Fprintf(out, "lease %s: no record (no node holds it)\n", lease)
+			return nil
+		case rec.Released:
+			fmt.Fprintf(out, "lease %s: %s; its units are stopped\n", lease, rec)
+			return nil
+		case rec.StopFailed:
+			return fmt.Errorf("lease %s: %s: its holder could not stop the units, and keeps the lease held until they stop (see unitlease clear)", lease, rec)
+		case time.Now().After(limit):
+			return fmt.Errorf("lease %s: still %s: its holder's daemon has not stopped the units yet (it stops them once it reads the lease disabled; a holder cut off from Redis stops at its renew deadline)", lease, rec)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// enableLease lets the nodes take the lease again.
+func enableLease(cfg *config.Config, lease string, out io.Writer) error {
+	store, err := redislease.New(cfg.RedisConfig())
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	was, err := store.Enable(ctx, lease)
+	if err != nil {
+		return err
+	}
+	if !was {
+		fmt.Fprintf(out, "lease %s was not disabled\n", lease)
+		return nil
+	}
+	fmt.Fprintf(out, "lease %s is enabled: the nodes that watch it compete for it again\n", lease)
 	return nil
 }
 

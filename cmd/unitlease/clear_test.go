@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/unitlease/unitlease/internal/config"
@@ -42,17 +41,31 @@ func TestClear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := runCmd("clear", "--config", path, "db")
-	if code != 1 || !strings.Contains(stderr, "lease db is held, not stop_failed: clear only releases a lease whose holder could not stop its units") {
-		t.Fatalf("clear of a held lease: exit %d, stderr %q", code, stderr)
+	// A watcher hears clear's word to forget the lease's failures; a held
+	// record is left as it is.
+	wctx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	wakes := holder.Wakeups(wctx, []string{"db"})
+	if w := <-wakes; !w.Resync {
+		t.Fatalf("first wake-up %+v, want the resync", w)
+	}
+	code, stdout, stderr := runCmd("clear", "--config", path, "db")
+	want := "lease db: failures forgotten by the 1 daemons watching it; a node they excluded competes again\n" +
+		"lease db is held, not stop_failed: the record is left as it is (clear releases only a stop_failed record)\n"
+	if code != 0 || stdout != want || stderr != "" {
+		t.Fatalf("clear of a held lease: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+	}
+	if w := <-wakes; w != (redislease.Wake{Lease: "db", ClearFailures: true}) {
+		t.Fatalf("the watcher heard %+v, want the word to clear db's failures", w)
 	}
 	held.StopFailed = true
 	if _, err := holder.RenewUnits(ctx, "db", units, held); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := runCmd("clear", "--config", path, "db")
-	want := fmt.Sprintf("lease db: was stop_failed on node-a at version %d\nunit keys released with it: db.service\n"+
-		"lease db: now released at version %d; a standby may acquire it at once\n", held.Version+1, held.Version+2)
+	code, stdout, stderr = runCmd("clear", "--config", path, "db")
+	want = fmt.Sprintf("lease db: failures forgotten by the %d daemons watching it; a node they excluded competes again\n"+
+		"lease db: was stop_failed on node-a at version %d\nunit keys released with it: db.service\n"+
+		"lease db: now released at version %d; a standby may acquire it at once\n", 1, held.Version+1, held.Version+2)
 	if code != 0 || stdout != want {
 		t.Fatalf("clear: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
 	}

@@ -66,11 +66,22 @@ another type, a value too long to read) with a released record, printing what
 it replaced. A valid record is never touched: use handoff to move a lease.
 Standbys take the released record once they have seen it unchanged for a
 lease span.`},
-	{name: "clear", args: "[--config FILE] LEASE", summary: "release a lease whose holder could not stop its units, once they are gone", hasFlags: true, help: `
-The operator's word that the units of a lease whose holder could not stop
-them (stop_failed) are gone from that node: release the lease in the
-holder's name, so that a standby takes it at once. Refused for a lease in any
-other state.`},
+	{name: "clear", args: "[--config FILE] LEASE", summary: "forget a lease's failures; release it if its holder could not stop its units", hasFlags: true, help: `
+Tell every daemon that watches the lease to forget its units' failures: a
+node that failed them FailureThreshold= times competes for the lease again.
+Then, if the lease is stop_failed (its holder could not stop its units),
+take that as the operator's word that the units are gone from that node:
+release the lease in the holder's name, so that a standby takes it at once.
+A record in any other state is left as it is.`},
+	{name: "disable", args: "[--config FILE] LEASE", summary: "stop a lease's units wherever they run and keep them stopped everywhere", hasFlags: true, help: `
+Disable the lease cluster-wide: a marker in Redis that every node and every
+restart sees. The node that runs the lease's units stops them, confirms them
+inactive and releases the lease; no node acquires it while it is disabled.
+Waits until the lease is released and says so; a stop that fails keeps the
+lease held (stop_failed) as any failed stop does.`},
+	{name: "enable", args: "[--config FILE] LEASE", summary: "let the nodes take a disabled lease again", hasFlags: true, help: `
+Remove the lease's disabled marker: the nodes that watch the lease compete for
+it again, and one takes the released record at once.`},
 	{name: "version", summary: "print the version", help: `
 Print unitlease's version.`},
 	{name: "help", args: "[COMMAND]", summary: "this list, or a command's help", help: `

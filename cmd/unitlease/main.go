@@ -62,7 +62,7 @@ func init() {
 	// Set here: the table is read by cmdHelp, which it lists.
 	for i, f := range map[string]func([]string, io.Writer, io.Writer) int{
 		"run": cmdRun, "status": cmdStatus, "handoff": cmdHandoff, "drain": cmdDrain, "undrain": cmdUndrain, "check": cmdCheck,
-		"guard": cmdGuard, "reset": cmdReset, "clear": cmdClear, "version": cmdVersion, "help": cmdHelp,
+		"guard": cmdGuard, "reset": cmdReset, "clear": cmdClear, "disable": cmdDisable, "enable": cmdEnable, "version": cmdVersion, "help": cmdHelp,
 	} {
 		c := slices.IndexFunc(commands, func(c command) bool { return c.name == i })
 		commands[c].run = f
@@ -290,6 +290,44 @@ func cmdClear(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := clearStopFailed(cfg, fs.Arg(0), stdout); err != nil {
 		fmt.Fprintln(stderr, "unitlease clear:", err)
+		return 1
+	}
+	return 0
+}
+
+func cmdDisable(args []string, stdout, stderr io.Writer) int {
+	return toggle("disable", args, stdout, stderr)
+}
+func cmdEnable(args []string, stdout, stderr io.Writer) int {
+	return toggle("enable", args, stdout, stderr)
+}
+
+// toggle is disable and enable: their flags, the lease, the store.
+func toggle(name string, args []string, stdout, stderr io.Writer) int {
+	var path string
+	fs, ok := flags(name, args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
+	})
+	if !ok || fs.NArg() != 1 {
+		fmt.Fprintln(stderr, mustLookup(name).synopsis())
+		return 2
+	}
+	lease := fs.Arg(0)
+	if err := unitctl.ValidLeaseName(lease); err != nil {
+		fmt.Fprintf(stderr, "unitlease %s: lease %v\n", name, err)
+		return 2
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "unitlease %s: %v\n", name, err)
+		return 1
+	}
+	do := disableLease
+	if name == "enable" {
+		do = enableLease
+	}
+	if err := do(cfg, lease, stdout); err != nil {
+		fmt.Fprintf(stderr, "unitlease %s: %v\n", name, err)
 		return 1
 	}
 	return 0

@@ -80,6 +80,12 @@ func printStatus(w io.Writer, s control.Snapshot) {
 				state = l.UnitStates[i]
 			}
 			reason := dash(l.Reason)
+			switch {
+			case l.Excluded:
+				reason += fmt.Sprintf("; excluded here after %d failures", l.Failures)
+			case l.Failures > 0:
+				reason += fmt.Sprintf("; %d failures here", l.Failures)
+			}
 			if p, ok := problem[u]; ok {
 				reason += ": " + p
 			}
@@ -117,6 +123,21 @@ func printStatus(w io.Writer, s control.Snapshot) {
 	tw.Flush()
 	if len(s.DrainedNodes) > 0 {
 		fmt.Fprintln(w, "\nDrained nodes (they take no lease):", shown(strings.Join(s.DrainedNodes, ", ")))
+	}
+	if len(s.DisabledLeases) > 0 {
+		var ds []string
+		for _, x := range s.DisabledLeases {
+			what := shown(x.Lease)
+			if x.By != "" {
+				what += " (by " + shown(x.By)
+				if !x.At.IsZero() {
+					what += " at " + x.At.UTC().Format(time.RFC3339)
+				}
+				what += ")"
+			}
+			ds = append(ds, what)
+		}
+		fmt.Fprintln(w, "Disabled leases (no node takes them until `unitlease enable`):", strings.Join(ds, ", "))
 	}
 	if s.Drained {
 		fmt.Fprintln(w, "This node is drained: `unitlease undrain` lets it take leases again.")

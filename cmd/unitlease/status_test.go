@@ -40,6 +40,8 @@ func fixtureSnapshot() control.Snapshot {
 			DeadlineLeft: 3 * time.Second,          // not shown: not holding
 			Reason:       "handoff:\tnode-b took over",
 			Since:        since.Add(-time.Hour),
+			Failures:     3,
+			Excluded:     true,
 		}},
 		Cluster: []control.ClusterRow{
 			{Lease: "db", Holder: "node-a", Version: 12, State: "held", Watchers: 2,
@@ -48,8 +50,9 @@ func fixtureSnapshot() control.Snapshot {
 			{Lease: "cache", Version: 4, State: "released", Watchers: 1, Next: "node-c"},
 			{Lease: "queue", State: "missing"},
 		},
-		Errors:       []string{"redis: GET unitlease:lease:queue: i/o timeout"},
-		DrainedNodes: []string{"node-b"},
+		Errors:         []string{"redis: GET unitlease:lease:queue: i/o timeout"},
+		DrainedNodes:   []string{"node-b"},
+		DisabledLeases: []control.DisabledLease{{Lease: "cache", By: "node-c", At: since}},
 		Timing: control.TimingSummary{
 			LeaseSpan:     15 * time.Second,
 			Retry:         2 * time.Second,
@@ -67,7 +70,7 @@ const fixtureTable = `Node node-a (lease span 15s, retry 2s, renew deadline 10s,
 LEASE  UNIT                NODE    ROLE     HOLDER  VERSION  LEASE AGE  DEADLINE LEFT  UNIT STATE  REASON
 db     postgresql.service  node-a  leader   node-a  12       1.2s       8.8s           active      -
 db     db-backup.timer     node-a  leader   node-a  12       1.2s       8.8s           activating  -
-web    nginx.service       node-a  standby  node-b  7        42s        -              ?           handoff: node-b took over
+web    nginx.service       node-a  standby  node-b  7        42s        -              ?           handoff: node-b took over; excluded here after 3 failures
 
 Cluster (Redis):
 LEASE  STATE               HOLDER  VERSION  WATCHERS  NODES
@@ -77,6 +80,7 @@ cache  released to node-c  -       4        1         -
 queue  missing             -       -        0         -
 
 Drained nodes (they take no lease): node-b
+Disabled leases (no node takes them until ` + "`unitlease enable`" + `): cache (by node-c at 2025-03-01T12:00:00Z)
 error: redis: GET unitlease:lease:queue: i/o timeout
 `
 
@@ -153,8 +157,10 @@ var statusJSONKeys = []string{
 	"schema", "node",
 	"leases[].lease", "leases[].units", "leases[].node", "leases[].role", "leases[].holding", "leases[].holder",
 	"leases[].version", "leases[].lease_age_ns", "leases[].deadline_left_ns", "leases[].reason", "leases[].unit_states", "leases[].since",
+	"leases[].failures", "leases[].excluded",
 	"cluster[].lease", "cluster[].holder", "cluster[].version", "cluster[].state", "cluster[].watchers", "cluster[].error",
 	"cluster[].next", "cluster[].nodes[].node", "cluster[].nodes[].state", "drained", "drained_nodes",
+	"disabled_leases[].lease", "disabled_leases[].by", "disabled_leases[].at",
 	"errors",
 	"timing.lease_span_ns", "timing.retry_ns", "timing.renew_deadline_ns", "timing.stop_wait_ns",
 	"problems[].unit", "problems[].lease", "problems[].kind", "problems[].msg",

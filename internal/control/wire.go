@@ -52,6 +52,8 @@ type Snapshot struct {
 	// DrainedNodes are the nodes that announce they are drained, this
 	// one included.
 	DrainedNodes []string `json:"drained_nodes,omitempty"`
+	// DisabledLeases are the leases an operator disabled cluster-wide.
+	DisabledLeases []DisabledLease `json:"disabled_leases,omitempty"`
 	// Problems are the units this node refused or could not read the
 	// annotation of, with the reason: not managed here (or, for a unit of
 	// a lease it manages, that lease is ineligible here).
@@ -87,6 +89,11 @@ type LeaseStatus struct {
 	// UnitStates is each unit's ActiveState, read for the snapshot.
 	UnitStates []string  `json:"unit_states,omitempty"`
 	Since      time.Time `json:"since"` // wall clock, for display only
+	// Failures are the units' failures on this node within the lease's
+	// FailureWindow=; Excluded, that they reached FailureThreshold= (the
+	// node does not compete for the lease).
+	Failures int  `json:"failures"`
+	Excluded bool `json:"excluded"`
 }
 
 // ClusterRow is one lease as Redis has it.
@@ -102,6 +109,14 @@ type ClusterRow struct {
 	// Nodes is what each node that manages the lease announces of it:
 	// ready, drained, excluded, ineligible.
 	Nodes []NodeState `json:"nodes,omitempty"`
+}
+
+// DisabledLease is a lease `unitlease disable` disabled: by which node,
+// and when (zero if its marker does not say).
+type DisabledLease struct {
+	Lease string    `json:"lease"`
+	By    string    `json:"by,omitempty"`
+	At    time.Time `json:"at"`
 }
 
 // NodeState is what one node announces of a lease.

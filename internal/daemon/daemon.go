@@ -66,6 +66,9 @@ type LeaseStore interface {
 	Announced(ctx context.Context, lease, node string) (string, error)
 	ReadyAmong(ctx context.Context, nodes map[string][]string) (map[string][]string, error)
 	Announcements(ctx context.Context) ([]redislease.Announcement, error)
+	// Which leases an operator disabled (redislease's Disable).
+	DisabledAmong(ctx context.Context, leases []string) (map[string]bool, error)
+	DisabledLeases(ctx context.Context) ([]redislease.Disabled, error)
 }
 
 // Daemon runs the supervisors of every annotated unit on this node.
@@ -83,6 +86,27 @@ type Daemon struct {
 
 	stateDir string      // StateDir, or a test's ("": no drain)
 	drained  atomic.Bool // the node takes no lease (Drain)
+	// wmu orders every change of what a lease's withdrawal depends on
+	// (the drain, the failure exclusions) with the reads that tell the
+	// supervisors, and with the birth of a supervisor (add): each
+	// supervisor sees the last word, and none starts competing between a
+	// drain's read of the supervisors and its own.
+	wmu sync.Mutex
+
+	// settings are each lease's annotation keys beyond Lease=, as the
+	// last discovery found them; guarded by mu.
+	settings map[string]leaseSettings
+	// steering is the preference's state (steer), touched only by it.
+	steering  steerState
+	steerNow  chan struct{} // asks steerLoop for a round now
+	steerDone chan string   // a failback of the lease ended
+	// fmu guards failures and excl (failures.go): a leaf lock, taken
+	// from a supervisor's step.
+	fmu      sync.Mutex
+	failures map[string][]time.Time // each lease's failures here, oldest first
+	excl     map[string]bool        // the leases this node excluded itself from, as last journalled
+	resting  map[string]bool        // the leases whose rest was journalled since this node excluded itself
+	disabled map[string]bool        // the leases an operator disabled, as the last round read them
 
 	mu   sync.Mutex
 	sups map[string]*running // by lease
@@ -111,7 +135,8 @@ type running struct {
 func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Manager, ucfg unitctl.Config, notify func(string)) *Daemon {
 	ucfg.StopWait = cfg.Timing.StopWait
 	return &Daemon{cfg: cfg, log: log.With(logging.Node, cfg.Node), supLog: log, store: store, sd: sd, ucfg: ucfg,
-		clock: supervisor.BootClock(), notify: notify, sups: map[string]*running{}, again: make(chan struct{}, 1)}
+		clock: supervisor.BootClock(), notify: notify, sups: map[string]*running{}, again: make(chan struct{}, 1),
+		steerNow: make(chan struct{}, 1), steerDone: make(chan string)}
 }
 
 func (d *Daemon) running() []*running {

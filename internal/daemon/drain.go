@@ -96,10 +96,12 @@ func (d *Daemon) Drain(ctx context.Context, stop bool) (control.DrainResult, err
 	if err := d.saveDrained(true); err != nil {
 		return control.DrainResult{}, err
 	}
+	d.wmu.Lock()
 	if !d.drained.Swap(true) {
 		d.log.Info("drained: taking no lease, and handing off the ones held here", logging.Event, "drained")
 	}
 	d.withdrawAll(ctx)
+	d.wmu.Unlock()
 	d.announce(ctx)
 	res := control.DrainResult{Node: d.cfg.Node, Drained: true}
 	var mu sync.Mutex
@@ -157,25 +159,28 @@ func (d *Daemon) Undrain(ctx context.Context) (control.DrainResult, error) {
 	if err := d.saveDrained(false); err != nil {
 		return control.DrainResult{}, err
 	}
+	d.wmu.Lock()
 	if d.drained.Swap(false) {
 		d.log.Info("undrained: taking leases again", logging.Event, "undrained")
 	}
 	d.withdrawAll(ctx)
+	d.wmu.Unlock()
 	d.announce(ctx)
 	return control.DrainResult{Node: d.cfg.Node}, nil
 }
 
 // withdrawAll brings every supervisor's withdrawal in line with the
-// node's state.
+// node's state; d.wmu is held.
 func (d *Daemon) withdrawAll(ctx context.Context) {
 	for _, s := range d.supervisors() {
 		s.SetWithdrawn(ctx, d.withdrawn(s.Lease))
 	}
 }
 
-// withdrawn: the node stays out of lease's competition.
+// withdrawn: the node stays out of lease's competition (drained,
+// excluded by the lease's failures here, or the lease is disabled).
 func (d *Daemon) withdrawn(lease string) bool {
-	return d.drained.Load()
+	return d.drained.Load() || d.excluded(lease) || d.isDisabled(lease)
 }
 
 // announce tells the peers what this node is ready for: each lease it
@@ -196,6 +201,8 @@ func (d *Daemon) announce(ctx context.Context) {
 		switch {
 		case drained:
 			st = redislease.AnnounceDrained
+		case d.isDisabled(r.sup.Lease):
+			st = redislease.AnnounceDisabled
 		case r.sup.Ineligible():
 			st = redislease.AnnounceIneligible
 		case d.withdrawn(r.sup.Lease):

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -17,11 +18,12 @@ import (
 // memStore is the lease store in memory, with the scripts' semantics,
 // for one node ("node-a"): every lease key, by name.
 type memStore struct {
-	mu     sync.Mutex
-	raw    map[string]string // "": missing
-	tokens int
-	mine   []redislease.Announcement // what node-a announces
-	peers  []redislease.Announcement // what the tests make other nodes announce
+	mu       sync.Mutex
+	raw      map[string]string // "": missing
+	tokens   int
+	disabled map[string]bool           // leases `unitlease disable` marked
+	mine     []redislease.Announcement // what node-a announces
+	peers    []redislease.Announcement // what the tests make other nodes announce
 }
 
 func newMemStore() *memStore { return &memStore{raw: map[string]string{}} }
@@ -57,6 +59,9 @@ func (f *memStore) Acquire(_ context.Context, name string, seen policy.Record) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cur := f.current(name)
+	if f.disabled[name] { // as the acquire script
+		return policy.Record{}, redislease.ErrDisabled
+	}
 	if !seen.Same(cur) {
 		return policy.Record{}, &redislease.ConflictError{Key: name, Current: cur}
 	}
@@ -152,6 +157,43 @@ func (f *memStore) Announced(ctx context.Context, lease, node string) (string, e
 	return state, nil
 }
 
+func (f *memStore) DisabledAmong(_ context.Context, leases []string) (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]bool{}
+	for _, l := range leases {
+		if f.disabled[l] {
+			out[l] = true
+		}
+	}
+	return out, nil
+}
+
+func (f *memStore) DisabledLeases(context.Context) ([]redislease.Disabled, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []redislease.Disabled
+	for _, l := range slices.Sorted(maps.Keys(f.disabled)) {
+		out = append(out, redislease.Disabled{Lease: l, By: "op"})
+	}
+	return out, nil
+}
+
+// disable marks lease disabled (or enabled, with on false), as
+// `unitlease disable` would.
+func (f *memStore) disable(lease string, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.disabled == nil {
+		f.disabled = map[string]bool{}
+	}
+	if on {
+		f.disabled[lease] = true
+	} else {
+		delete(f.disabled, lease)
+	}
+}
+
 func (f *memStore) ReadyAmong(ctx context.Context, nodes map[string][]string) (map[string][]string, error) {
 	out := map[string][]string{}
 	for lease, ns := range nodes {
@@ -175,9 +217,10 @@ type fakeSystemd struct {
 	refused     map[string]bool // Validate refuses
 	validated   int             // Validate calls
 	uninstalled []string
-	jobs        map[string]string      // unit -> the type of its queued job
-	events      chan unitctl.Event     // what Watch reports
-	env         map[string][][2]string // the environment each unit was last started with
+	jobs        map[string]string                    // unit -> the type of its queued job
+	events      chan unitctl.Event                   // what Watch reports
+	env         map[string][][2]string               // the environment each unit was last started with
+	keys        map[string]func(*unitctl.Annotation) // unit -> sets its annotation's other keys
 
 	watchdogsOff atomic.Bool // systemctl service-watchdogs no
 }
@@ -251,7 +294,12 @@ func (f *fakeSystemd) Discover(context.Context, ...string) ([]unitctl.Annotation
 	defer f.mu.Unlock()
 	var anns []unitctl.Annotation
 	for u, l := range f.annotated {
-		anns = append(anns, unitctl.Annotation{Unit: u, Lease: l})
+		a := unitctl.Annotation{Unit: u, Lease: l}
+		a.SetDefaults()
+		if set := f.keys[u]; set != nil {
+			set(&a)
+		}
+		anns = append(anns, a)
 	}
 	slices.SortFunc(anns, func(a, b unitctl.Annotation) int { return strings.Compare(a.Unit, b.Unit) })
 	return anns, nil

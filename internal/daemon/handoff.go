@@ -103,6 +103,8 @@ func (d *Daemon) readyFor(ctx context.Context, lease, node string) error {
 		why = "it is drained (unitlease undrain on it ends that)"
 	case redislease.AnnounceExcluded:
 		why = "the unit failed there too often lately (unitlease clear " + lease + " lets it compete again)"
+	case redislease.AnnounceDisabled:
+		why = "the lease is disabled (unitlease enable " + lease + " ends that)"
 	case redislease.AnnounceIneligible:
 		why = "it cannot run the unit: a drop-in is defeated or a unit refused there (unitlease status on it says which)"
 	default:

@@ -98,6 +98,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	go d.watchdog(wctx, interval)
 	go d.watchSuspend(ctx) // a resume wakes every lease at once
 	go d.watchSleep(ctx)   // leases are handed off before the machine sleeps
+	go d.steerLoop(ctx)    // failure thresholds, preferences, failback
 	return d.loop(ctx, sd, serveErr)
 }
 

@@ -56,6 +56,7 @@ func (d *Daemon) Reload(ctx context.Context) {
 	d.reverify(ctx, found, changed)
 	d.rewatch(ctx)
 	d.announce(ctx)
+	d.steerSoon()
 	d.notify("STATUS=" + d.summary())
 }
 
@@ -114,9 +115,26 @@ func (d *Daemon) discover(ctx context.Context) (groups map[string][]string, prob
 		problems = append(problems, d.configError(err, ""))
 	}
 	groups = map[string][]string{}
+	settings := map[string]leaseSettings{}
+	first := map[string]unitctl.Annotation{}
+	slices.SortFunc(anns, func(a, b unitctl.Annotation) int { return strings.Compare(a.Unit, b.Unit) })
 	for _, a := range anns {
+		ls := settingsOf(a)
+		if f, ok := first[a.Lease]; ok && !ls.equal(settings[a.Lease]) {
+			err := fmt.Errorf("%s:%d: [X-UnitLease] of %s: its Prefer=, Failback=, FailbackSettle=, FailureThreshold= or FailureWindow= differ from %s's, which lease %s follows: every unit of a lease must agree (%s)",
+				a.File, a.Line, a.Unit, f.Unit, a.Lease, ls.diff(settings[a.Lease]))
+			units = append(units, control.UnitProblem{Unit: a.Unit, Lease: a.Lease, Kind: "annotation", Msg: err.Error()})
+			problems = append(problems, d.configError(err, a.Unit))
+			continue
+		}
+		if _, ok := first[a.Lease]; !ok {
+			first[a.Lease], settings[a.Lease] = a, ls
+		}
 		groups[a.Lease] = append(groups[a.Lease], a.Unit)
 	}
+	d.mu.Lock()
+	d.settings = settings
+	d.mu.Unlock()
 	for lease, units := range groups {
 		slices.Sort(units)
 		groups[lease] = units
@@ -291,11 +309,18 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 		return
 	}
 	sup := supervisor.New(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait, d.ucfg}, d.clock, d.supLog)
+	sup.OnUnitFailed = func() { d.unitFailed(lease) }
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	sup.Start(sctx)
 	d.mu.Lock()
 	d.sups[lease] = &running{sup: sup, cancel: cancel}
 	d.mu.Unlock()
-	sup.Start(sctx)
+	// A drain (or an exclusion) that read the supervisors before this one
+	// was among them, but after the machine's withdrawal was read above,
+	// is told here: every change sets its state before it reads them.
+	d.wmu.Lock()
+	sup.SetWithdrawn(sctx, d.withdrawn(lease))
+	d.wmu.Unlock()
 }
 
 // remove hands a lease off if this node holds it, waits until it no

@@ -14,7 +14,9 @@ func (d *Daemon) Snapshot(ctx context.Context) control.Snapshot {
 	t := d.cfg.Timing
 	snap := control.Snapshot{Schema: control.Schema, Node: d.cfg.Node, Timing: control.TimingSummary{LeaseSpan: t.LeaseSpan, Retry: t.Retry, RenewDeadline: t.RenewDeadline, StopWait: t.StopWait}}
 	for _, s := range d.supervisors() {
-		snap.Leases = append(snap.Leases, leaseStatus(s.Status(), d.unitStates(ctx, s.Units)))
+		l := leaseStatus(s.Status(), d.unitStates(ctx, s.Units))
+		l.Failures, l.Excluded = d.failCount(s.Lease), d.excluded(s.Lease)
+		snap.Leases = append(snap.Leases, l)
 	}
 	d.mu.Lock()
 	snap.Errors = slices.Clone(d.problems)
@@ -30,6 +32,13 @@ func (d *Daemon) Snapshot(ctx context.Context) control.Snapshot {
 		snap.Errors = append(snap.Errors, err.Error())
 	} else {
 		snap.DrainedNodes = withAnnouncements(snap.Cluster, as)
+	}
+	if ds, err := d.store.DisabledLeases(ctx); err != nil {
+		snap.Errors = append(snap.Errors, err.Error())
+	} else {
+		for _, x := range ds {
+			snap.DisabledLeases = append(snap.DisabledLeases, control.DisabledLease{Lease: x.Lease, By: x.By, At: x.At})
+		}
 	}
 	return snap
 }

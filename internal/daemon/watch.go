@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/unitlease/unitlease/internal/logging"
 	"github.com/unitlease/unitlease/unitctl"
 )
 
@@ -43,6 +45,18 @@ func (d *Daemon) rewatch(ctx context.Context) {
 // elsewhere, and every supervisor after a resubscription.
 func (d *Daemon) wakeups(ctx context.Context, leases []string) {
 	for w := range d.store.Wakeups(ctx, leases) {
+		if w.ClearFailures {
+			if d.clearFailures(w.Lease) {
+				d.log.Info(fmt.Sprintf("lease %s: failures on this node cleared (unitlease clear)", w.Lease),
+					logging.Event, "failures_cleared", logging.Lease, w.Lease)
+			}
+			d.steerSoon()
+			continue
+		}
+		if w.Toggled {
+			d.steerSoon() // disabled or enabled: the next round reads which
+			continue
+		}
 		for _, s := range d.supervisors() {
 			if w.Resync || w.Lease == s.Lease {
 				s.Nudge()

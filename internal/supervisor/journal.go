@@ -24,6 +24,9 @@ func (s *Supervisor) journal(j policy.Journal, before policy.State, ev policy.Ev
 	if event == "" {
 		event = "state"
 	}
+	if j == policy.JournalUnitFailed && s.OnUnitFailed != nil {
+		s.OnUnitFailed()
+	}
 	msg := s.message(j, before, ev, rec)
 	s.logger().Log(context.Background(), priority(j), msg, append(logging.UnitFields(s.Units),
 		logging.Event, event,

@@ -125,8 +125,13 @@ type Supervisor struct {
 	due        atomic.Int64                // 1 + the Instant of the next wake-up, or 0 for none
 	stopping   atomic.Pointer[pendingStop] // a stop due by a deadline that systemd does not have yet
 	status     atomic.Pointer[Status]
-	garbage    string // the last garbage reported (its message), to report each once
-	elsewhere  string // the unit and other lease last reported as holding it, or ""
+	// OnUnitFailed, if set before Start, is called from the step that
+	// journals unit_failed (a unit failed while held, or its start
+	// failed); it must not block, nor call back into the supervisor.
+	OnUnitFailed func()
+
+	garbage   string // the last garbage reported (its message), to report each once
+	elsewhere string // the unit and other lease last reported as holding it, or ""
 }
 
 // New returns a supervisor whose first step stops the units
@@ -429,6 +434,13 @@ func (s *Supervisor) Withdrawn() bool { return s.withdrawn.Load() }
 // says "stopping (unmanaged)", not a handoff nobody asked for.
 func (s *Supervisor) Unmanage(ctx context.Context) {
 	s.send(ctx, policy.Event{Kind: policy.HandoffRequested, Cause: policy.CauseUnmanaged})
+}
+
+// Disable is Handoff when an operator disabled the lease cluster-wide:
+// stop, confirm inactive, release, journalled "stopping (disabled)". The
+// daemon withdraws the node from the lease too, so it takes it no more.
+func (s *Supervisor) Disable(ctx context.Context) {
+	s.send(ctx, policy.Event{Kind: policy.HandoffRequested, Cause: policy.CauseDisabled})
 }
 
 // SetEligible says whether this node may run the lease's units (a

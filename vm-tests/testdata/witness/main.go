@@ -30,7 +30,11 @@ func main() {
 	dir := flag.String("dir", "/shared", "directory shared by every node")
 	name := flag.String("name", "witness", "name of the lock and log files")
 	onTerm := flag.String("on-term", "exit", "on SIGTERM: exit, ignore, or delay=DURATION then exit")
+	failAfter := flag.Duration("fail-after", 0, "if set, fail (exit 1) this long after starting: a unit that always fails")
 	flag.Parse()
+	if *failAfter > 0 {
+		time.AfterFunc(*failAfter, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGUSR1) })
+	}
 	host, _ := os.Hostname()
 	w := &witness{log: filepath.Join(*dir, *name+".log"), node: host}
 	lock, err := os.OpenFile(filepath.Join(*dir, *name+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
