@@ -22,7 +22,28 @@ type snapshot struct {
 	} `json:"timing"`
 	Cluster []struct {
 		Lease, Holder, State, Next string
+		Token                      uint64
+		Last                       *struct{ From, To, Why string } `json:"last_transition"`
+		Failures                   []struct {
+			Node  string
+			Count int
+		}
 	} `json:"cluster"`
+}
+
+// lastTransition waits until n's status shows the lease's last
+// transition as from -> to, and returns its reason and the token.
+func lastTransition(t *testing.T, n *Node, from, to *Node) (why string, token uint64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c := statusJSON(t, n).Cluster
+		if len(c) == 1 && c[0].Last != nil && c[0].Last.From == from.Name && c[0].Last.To == to.Name {
+			return c[0].Last.Why, c[0].Token
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status on %s never showed a transition from %s to %s: %+v", n.Name, from.Name, to.Name, c)
+		}
+	}
 }
 
 func statusJSON(t *testing.T, n *Node) snapshot {
@@ -56,6 +77,9 @@ func TestDrainShedsTheLeaseAndTakesNoneAcrossARestart(t *testing.T) {
 		t.Fatalf("status on %s does not show %s drained:\n%s", standby.Name, leader.Name, table)
 	}
 	t.Logf("unitlease status on %s:\n%s", standby.Name, table)
+	if why, token := lastTransition(t, leader, leader, standby); why != "drain" || token == 0 {
+		t.Fatalf("the drain's transition: why %q, token %d", why, token)
+	}
 
 	run(t, leader, "systemctl", "restart", "unitlease.service")
 	if s := statusJSON(t, leader); !s.Drained {
@@ -234,6 +258,9 @@ func TestPreferredNodeWinsAfterACrashAndFailsBack(t *testing.T) {
 		if on := d.Running(t.Context()); len(on) != 1 || on[0] != n[1] {
 			t.Fatalf("round %d: after the power cut demo.service runs on %v, want %s alone", round, names(on), n[1].Name)
 		}
+		if why, _ := lastTransition(t, n[2], n[0], n[1]); why != "crash" {
+			t.Fatalf("round %d: the power cut's transition says %q, want crash", round, why)
+		}
 		if err := n[0].Boot(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -241,6 +268,12 @@ func TestPreferredNodeWinsAfterACrashAndFailsBack(t *testing.T) {
 		waitState(t, n[0], "demo.service", "active", 60*time.Second)
 		if ev := d.events(n[1]); !has(ev, "failback") {
 			t.Fatalf("round %d: %s's events %v lack failback", round, n[1].Name, ev)
+		}
+		if why, _ := lastTransition(t, n[2], n[1], n[0]); why != "failback" {
+			t.Fatalf("round %d: the fail-back's transition says %q", round, why)
+		}
+		if round == 1 {
+			t.Logf("status after the fail-back:\n%s", run(t, n[2], "unitlease", "status"))
 		}
 		t.Logf("round %d: the power cut moved the lease to %s; it failed back to %s with a gap of %v", round, n[1].Name, n[0].Name, d.lastGap(n[1], n[0]))
 	}
@@ -323,8 +356,9 @@ func TestAUnitThatAlwaysFailsRestsReleased(t *testing.T) {
 	if starts := d.starts(); len(starts) != 6 {
 		t.Fatalf("the witness started %d times (%v), want 6: three failures on each node", len(starts), starts)
 	}
-	if c := statusJSON(t, d.nodes[0]).Cluster; len(c) != 1 || c[0].State != "released" {
-		t.Fatalf("the resting lease's record: %+v, want released", c)
+	if c := statusJSON(t, d.nodes[0]).Cluster; len(c) != 1 || c[0].State != "released" || len(c[0].Failures) != 2 ||
+		c[0].Failures[0].Count != 3 || c[0].Failures[1].Count != 3 {
+		t.Fatalf("the resting lease's record: %+v, want released, with 3 failures on each node", c)
 	}
 	t.Logf("status:\n%s", run(t, d.nodes[0], "unitlease", "status"))
 	out := run(t, d.nodes[0], "unitlease", "clear", "demo")

@@ -340,7 +340,11 @@ func (packagedWatchdog) Watchdog(context.Context, string) (time.Duration, error)
 // holder could not stop the units), with the unit keys that mirror it,
 // printing what it replaced. The operator vouches that no process of the
 // lease's units is left on the node the record names.
-func clearStopFailed(cfg *config.Config, lease string, out io.Writer) error {
+// clearLease tells every daemon that watches lease to forget its
+// failures; with stopFailed it also releases a stop_failed record. A
+// stop_failed record without it is left blocked, and said so: forgetting
+// failures must not vouch that a holder's units are gone (rule 10).
+func clearLease(cfg *config.Config, lease string, stopFailed bool, out io.Writer) error {
 	store, err := redislease.New(cfg.RedisConfig())
 	if err != nil {
 		return err
@@ -348,17 +352,25 @@ func clearStopFailed(cfg *config.Config, lease string, out io.Writer) error {
 	defer store.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	heard, herr := store.ClearFailures(ctx, lease)
-	if herr == nil {
-		fmt.Fprintf(out, "lease %s: failures forgotten by the %d daemons watching it; a node they excluded competes again\n", lease, heard)
+	heard, err := store.ClearFailures(ctx, lease)
+	if err != nil {
+		return err
 	}
-	was, now, units, err := store.Clear(ctx, lease)
-	if errors.Is(err, redislease.ErrNotStopFailed) && herr == nil {
-		fmt.Fprintf(out, "%v: the record is left as it is (clear releases only a stop_failed record)\n", err)
+	fmt.Fprintf(out, "lease %s: failures forgotten by the %d daemons watching it; a node they excluded competes again\n", lease, heard)
+	if !stopFailed {
+		rec, err := store.Observe(ctx, lease)
+		if err == nil && rec.StopFailed {
+			return fmt.Errorf("lease %s is %s: its holder could not stop its units, and no node takes the lease until they stop; once no process of them is left on %s, `unitlease clear --stop-failed %s` releases it",
+				lease, rec, rec.Holder, lease)
+		}
 		return nil
 	}
+	was, now, units, err := store.Clear(ctx, lease)
+	if errors.Is(err, redislease.ErrNotStopFailed) {
+		return fmt.Errorf("%w: --stop-failed releases only a lease whose holder could not stop its units (use `unitlease handoff` to move a lease)", err)
+	}
 	if err != nil {
-		return errors.Join(herr, err)
+		return err
 	}
 	fmt.Fprintf(out, "lease %s: was stop_failed on %s at version %d\n", lease, was.Holder, was.Version)
 	if len(units) > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/unitlease/unitlease/internal/config"
@@ -50,10 +51,13 @@ func TestClear(t *testing.T) {
 		t.Fatalf("first wake-up %+v, want the resync", w)
 	}
 	code, stdout, stderr := runCmd("clear", "--config", path, "db")
-	want := "lease db: failures forgotten by the 1 daemons watching it; a node they excluded competes again\n" +
-		"lease db is held, not stop_failed: the record is left as it is (clear releases only a stop_failed record)\n"
+	want := "lease db: failures forgotten by the 1 daemons watching it; a node they excluded competes again\n"
 	if code != 0 || stdout != want || stderr != "" {
 		t.Fatalf("clear of a held lease: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+	}
+	code, _, stderr = runCmd("clear", "--config", path, "--stop-failed", "db")
+	if code != 1 || !strings.Contains(stderr, "lease db is held, not stop_failed: --stop-failed releases only a lease whose holder could not stop its units") {
+		t.Fatalf("clear --stop-failed of a held lease: exit %d, stderr %q", code, stderr)
 	}
 	if w := <-wakes; w != (redislease.Wake{Lease: "db", ClearFailures: true}) {
 		t.Fatalf("the watcher heard %+v, want the word to clear db's failures", w)
@@ -62,7 +66,16 @@ func TestClear(t *testing.T) {
 	if _, err := holder.RenewUnits(ctx, "db", units, held); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr = runCmd("clear", "--config", path, "db")
+	// Without --stop-failed the failures are forgotten, and the record
+	// stays: that is no word that the units are gone.
+	code, _, stderr = runCmd("clear", "--config", path, "db")
+	if code != 1 || !strings.Contains(stderr, "`unitlease clear --stop-failed db` releases it") {
+		t.Fatalf("clear of a stop_failed lease without --stop-failed: exit %d, stderr %q", code, stderr)
+	}
+	if cur, err := holder.Observe(ctx, "db"); err != nil || !cur.StopFailed {
+		t.Fatalf("the stop_failed record after clear without --stop-failed: %v, %v", cur, err)
+	}
+	code, stdout, stderr = runCmd("clear", "--config", path, "--stop-failed", "db")
 	want = fmt.Sprintf("lease db: failures forgotten by the %d daemons watching it; a node they excluded competes again\n"+
 		"lease db: was stop_failed on node-a at version %d\nunit keys released with it: db.service\n"+
 		"lease db: now released at version %d; a standby may acquire it at once\n", 1, held.Version+1, held.Version+2)

@@ -66,13 +66,14 @@ another type, a value too long to read) with a released record, printing what
 it replaced. A valid record is never touched: use handoff to move a lease.
 Standbys take the released record once they have seen it unchanged for a
 lease span.`},
-	{name: "clear", args: "[--config FILE] LEASE", summary: "forget a lease's failures; release it if its holder could not stop its units", hasFlags: true, help: `
+	{name: "clear", args: "[--config FILE] [--stop-failed] LEASE", summary: "forget a lease's failures; with --stop-failed, release it from a holder that could not stop its units", hasFlags: true, help: `
 Tell every daemon that watches the lease to forget its units' failures: a
 node that failed them FailureThreshold= times competes for the lease again.
-Then, if the lease is stop_failed (its holder could not stop its units),
-take that as the operator's word that the units are gone from that node:
-release the lease in the holder's name, so that a standby takes it at once.
-A record in any other state is left as it is.`},
+A lease whose holder could not stop its units (stop_failed) stays blocked,
+and clear says so (exit 1). --stop-failed is the operator's word that those
+units are gone from that node: it also releases the lease in the holder's
+name, so that a standby takes it at once; it refuses a lease in any other
+state.`},
 	{name: "disable", args: "[--config FILE] LEASE", summary: "stop a lease's units wherever they run and keep them stopped everywhere", hasFlags: true, help: `
 Disable the lease cluster-wide: a marker in Redis that every node and every
 restart sees. The node that runs the lease's units stops them, confirms them

@@ -272,8 +272,10 @@ func cmdReset(args []string, stdout, stderr io.Writer) int {
 
 func cmdClear(args []string, stdout, stderr io.Writer) int {
 	var path string
+	var stopFailed bool
 	fs, ok := flags("clear", args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&path, "config", config.DefaultPath, "configuration file")
+		fs.BoolVar(&stopFailed, "stop-failed", false, "also release a stop_failed record: the units are gone from the node it names")
 	})
 	if !ok || fs.NArg() != 1 {
 		fmt.Fprintln(stderr, mustLookup("clear").synopsis())
@@ -288,7 +290,7 @@ func cmdClear(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "unitlease clear:", err)
 		return 1
 	}
-	if err := clearStopFailed(cfg, fs.Arg(0), stdout); err != nil {
+	if err := clearLease(cfg, fs.Arg(0), stopFailed, stdout); err != nil {
 		fmt.Fprintln(stderr, "unitlease clear:", err)
 		return 1
 	}

@@ -58,7 +58,7 @@ func TestArgs(t *testing.T) {
 	const guardUsage = "usage: unitlease guard UNIT\n"
 	const handoffUsage = "usage: unitlease handoff LEASE|UNIT [--to NODE]\n"
 	const resetUsage = "usage: unitlease reset [--config FILE] LEASE\n"
-	const clearUsage = "usage: unitlease clear [--config FILE] LEASE\n"
+	const clearUsage = "usage: unitlease clear [--config FILE] [--stop-failed] LEASE\n"
 	for _, tc := range []struct {
 		name      string
 		args      []string

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -109,13 +110,18 @@ func printStatus(w io.Writer, s control.Snapshot) {
 	tw.Flush()
 	fmt.Fprintln(w, "\nCluster (Redis):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LEASE\tSTATE\tHOLDER\tVERSION\tWATCHERS\tNODES")
+	fmt.Fprintln(tw, "LEASE\tSTATE\tHOLDER\tTOKEN\tHELD FOR\tVERSION\tWATCHERS\tNODES\tLAST TRANSITION\tFAILURES")
 	for _, c := range s.Cluster {
 		state := c.State
 		if c.Next != "" {
 			state += " to " + c.Next
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", shown(c.Lease), shown(state), shown(dash(c.Holder)), version(c.Version), c.Watchers, nodes(c.Nodes))
+		heldFor := "-"
+		if c.Token != 0 {
+			heldFor = round(c.HeldFor)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", shown(c.Lease), shown(state), shown(dash(c.Holder)),
+			version(c.Token), heldFor, version(c.Version), c.Watchers, nodes(c.Nodes), transition(c.Last), failures(c.Failures))
 	}
 	if len(s.Cluster) == 0 {
 		fmt.Fprintln(tw, "(no lease in Redis yet: a node writes a lease's key when it first acquires it)")
@@ -188,6 +194,27 @@ func nodes(ns []control.NodeState) string {
 	parts := make([]string, len(ns))
 	for i, n := range ns {
 		parts[i] = shown(n.Node) + " " + shown(n.State)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// transition is a lease's last change of holder: "2026-12-01T23:38:54Z
+// node-a -> node-b (drain)".
+func transition(t *control.TransitionRow) string {
+	if t == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s %s -> %s (%s)", t.At.UTC().Format(time.RFC3339), shown(cmp.Or(t.From, "none")), shown(t.To), shown(t.Why))
+}
+
+// failures is "node-a 3, node-b 1", or "-".
+func failures(fs []control.NodeFailures) string {
+	if len(fs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = fmt.Sprintf("%s %d", shown(f.Node), f.Count)
 	}
 	return strings.Join(parts, ", ")
 }

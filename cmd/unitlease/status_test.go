@@ -45,7 +45,10 @@ func fixtureSnapshot() control.Snapshot {
 		}},
 		Cluster: []control.ClusterRow{
 			{Lease: "db", Holder: "node-a", Version: 12, State: "held", Watchers: 2,
-				Nodes: []control.NodeState{{Node: "node-a", State: "ready"}, {Node: "node-b", State: "drained"}}},
+				Nodes: []control.NodeState{{Node: "node-a", State: "ready"}, {Node: "node-b", State: "drained"}},
+				Token: 9, HeldFor: 5*time.Minute + 3040*time.Millisecond,
+				Last:     &control.TransitionRow{At: since, From: "node-b", To: "node-a", Why: "drain"},
+				Failures: []control.NodeFailures{{Node: "node-b", Count: 3}}},
 			{Lease: "web", Holder: "node-b", Version: 7, State: "held", Watchers: 2},
 			{Lease: "cache", Version: 4, State: "released", Watchers: 1, Next: "node-c"},
 			{Lease: "queue", State: "missing"},
@@ -73,11 +76,11 @@ db     db-backup.timer     node-a  leader   node-a  12       1.2s       8.8s    
 web    nginx.service       node-a  standby  node-b  7        42s        -              ?           handoff: node-b took over; excluded here after 3 failures
 
 Cluster (Redis):
-LEASE  STATE               HOLDER  VERSION  WATCHERS  NODES
-db     held                node-a  12       2         node-a ready, node-b drained
-web    held                node-b  7        2         -
-cache  released to node-c  -       4        1         -
-queue  missing             -       -        0         -
+LEASE  STATE               HOLDER  TOKEN  HELD FOR  VERSION  WATCHERS  NODES                         LAST TRANSITION                                FAILURES
+db     held                node-a  9      5m3s      12       2         node-a ready, node-b drained  2025-03-01T12:00:00Z node-b -> node-a (drain)  node-b 3
+web    held                node-b  -      -         7        2         -                             -                                              -
+cache  released to node-c  -       -      -         4        1         -                             -                                              -
+queue  missing             -       -      -         -        0         -                             -                                              -
 
 Drained nodes (they take no lease): node-b
 Disabled leases (no node takes them until ` + "`unitlease enable`" + `): cache (by node-c at 2025-03-01T12:00:00Z)
@@ -98,7 +101,7 @@ LEASE  UNIT  NODE  ROLE  HOLDER  VERSION  LEASE AGE  DEADLINE LEFT  UNIT STATE  
 (no annotated units on this node: add an [X-UnitLease] section to a unit, then systemctl daemon-reload)
 
 Cluster (Redis):
-LEASE  STATE  HOLDER  VERSION  WATCHERS  NODES
+LEASE  STATE  HOLDER  TOKEN  HELD FOR  VERSION  WATCHERS  NODES  LAST TRANSITION  FAILURES
 (no lease in Redis yet: a node writes a lease's key when it first acquires it)
 This node is drained: ` + "`unitlease undrain`" + ` lets it take leases again.
 `
@@ -121,7 +124,7 @@ db     db.service    node-b  refused  -       -        -          -             
 -      typo.service  node-b  invalid  -       -        -          -              -           /etc/systemd/system/typo.service:9: [X-UnitLease] of typo.service: Lease: empty
 
 Cluster (Redis):
-LEASE  STATE  HOLDER  VERSION  WATCHERS  NODES
+LEASE  STATE  HOLDER  TOKEN  HELD FOR  VERSION  WATCHERS  NODES  LAST TRANSITION  FAILURES
 (no lease in Redis yet: a node writes a lease's key when it first acquires it)
 `
 	snap := control.Snapshot{Node: "node-b",
@@ -161,6 +164,8 @@ var statusJSONKeys = []string{
 	"cluster[].lease", "cluster[].holder", "cluster[].version", "cluster[].state", "cluster[].watchers", "cluster[].error",
 	"cluster[].next", "cluster[].nodes[].node", "cluster[].nodes[].state", "drained", "drained_nodes",
 	"disabled_leases[].lease", "disabled_leases[].by", "disabled_leases[].at",
+	"cluster[].token", "cluster[].held_for_ns", "cluster[].last_transition.at", "cluster[].last_transition.from",
+	"cluster[].last_transition.to", "cluster[].last_transition.why", "cluster[].failures[].node", "cluster[].failures[].count",
 	"errors",
 	"timing.lease_span_ns", "timing.retry_ns", "timing.renew_deadline_ns", "timing.stop_wait_ns",
 	"problems[].unit", "problems[].lease", "problems[].kind", "problems[].msg",

@@ -107,8 +107,36 @@ type ClusterRow struct {
 	// Next is the node a released record offers the lease to.
 	Next string `json:"next,omitempty"`
 	// Nodes is what each node that manages the lease announces of it:
-	// ready, drained, excluded, ineligible.
+	// ready, drained, excluded, ineligible, disabled.
 	Nodes []NodeState `json:"nodes,omitempty"`
+	// Token is the fencing token of the holder's tenure (the version it
+	// acquired at), HeldFor how long it has held the lease, and Last the
+	// lease's last change of holder, as the new holder noted it (absent
+	// if none was noted).
+	Token   uint64         `json:"token,omitempty"`
+	HeldFor time.Duration  `json:"held_for_ns,omitempty"`
+	Last    *TransitionRow `json:"last_transition,omitempty"`
+	// Failures are the nodes' failure counts within the lease's window.
+	Failures []NodeFailures `json:"failures,omitempty"`
+}
+
+// TransitionRow is a lease's last change of holder: when, from which
+// node ("" for a missing key) to which, and why: crash (the holder
+// stopped renewing), handoff, drain, failback, failure, disable, stop (its
+// daemon stopped), sleep, unmanaged, ineligible, withdrawn, release (a
+// release without a note), missing (no record: a first start, or Redis
+// lost it).
+type TransitionRow struct {
+	At   time.Time `json:"at"`
+	From string    `json:"from,omitempty"`
+	To   string    `json:"to"`
+	Why  string    `json:"why"`
+}
+
+// NodeFailures is one node's failure count of a lease.
+type NodeFailures struct {
+	Node  string `json:"node"`
+	Count int    `json:"count"`
 }
 
 // DisabledLease is a lease `unitlease disable` disabled: by which node,

@@ -69,6 +69,13 @@ type LeaseStore interface {
 	// Which leases an operator disabled (redislease's Disable).
 	DisabledAmong(ctx context.Context, leases []string) (map[string]bool, error)
 	DisabledLeases(ctx context.Context) ([]redislease.Disabled, error)
+	// The history status shows (redislease's history.go).
+	NoteRelease(ctx context.Context, lease string, version uint64, why string) error
+	LastRelease(ctx context.Context, lease string) (*redislease.Release, error)
+	NoteTransition(ctx context.Context, lease string, t redislease.Transition) error
+	Transitions(ctx context.Context, leases []string) (map[string]redislease.Transition, error)
+	NoteFailures(ctx context.Context, lease string, count int, window time.Duration) error
+	Failures(ctx context.Context) (map[string][]redislease.NodeFailures, error)
 }
 
 // Daemon runs the supervisors of every annotated unit on this node.
@@ -107,6 +114,8 @@ type Daemon struct {
 	excl     map[string]bool        // the leases this node excluded itself from, as last journalled
 	resting  map[string]bool        // the leases whose rest was journalled since this node excluded itself
 	disabled map[string]bool        // the leases an operator disabled, as the last round read them
+	intents  map[string]string      // why the daemon moves a lease (history.go)
+	noted    map[string]int         // the failure counts last noted in Redis
 
 	mu   sync.Mutex
 	sups map[string]*running // by lease

@@ -121,12 +121,14 @@ func (d *Daemon) Drain(ctx context.Context, stop bool) (control.DrainResult, err
 			case len(peers) == 0 && !stop:
 				o.Outcome, o.Msg = control.DrainLeftRunning, "no other node announces itself ready to take it; `unitlease drain --stop` stops it anyway"
 			case len(peers) == 0:
+				d.intend(s.Lease, "drain")
 				d.relinquish(ctx, s, false)
 				o.Outcome, o.Msg = control.DrainStopped, "no other node is ready: stopped and released"
 				if s.Holding() {
 					o.Outcome, o.Msg = control.DrainFailed, "the stop failed: the lease stays held here"
 				}
 			default:
+				d.intend(s.Lease, "drain")
 				r, err := d.handOver(ctx, s, "")
 				if err != nil {
 					o.Outcome, o.Msg = control.DrainFailed, err.Error()

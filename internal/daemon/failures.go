@@ -28,6 +28,7 @@ func (d *Daemon) unitFailed(lease string) {
 	}
 	d.failures[lease] = append(d.failures[lease], time.Now())
 	d.fmu.Unlock()
+	d.noteFailures(lease)
 	d.steerSoon()
 }
 
@@ -92,6 +93,7 @@ func (d *Daemon) reexcludeLocked(ctx context.Context) bool {
 			continue
 		}
 		s := r.sup
+		d.noteFailures(s.Lease) // the window may have let one go
 		out := d.excluded(s.Lease)
 		was := d.wasExcluded(s.Lease, out)
 		if was == out {

@@ -24,6 +24,10 @@ type memStore struct {
 	disabled map[string]bool           // leases `unitlease disable` marked
 	mine     []redislease.Announcement // what node-a announces
 	peers    []redislease.Announcement // what the tests make other nodes announce
+
+	releases    map[string]redislease.Release    // the release notes
+	transitions map[string]redislease.Transition // the transition notes
+	failures    map[string]int                   // node-a's failure counts as noted
 }
 
 func newMemStore() *memStore { return &memStore{raw: map[string]string{}} }
@@ -175,6 +179,70 @@ func (f *memStore) DisabledLeases(context.Context) ([]redislease.Disabled, error
 	var out []redislease.Disabled
 	for _, l := range slices.Sorted(maps.Keys(f.disabled)) {
 		out = append(out, redislease.Disabled{Lease: l, By: "op"})
+	}
+	return out, nil
+}
+
+func (f *memStore) NoteRelease(_ context.Context, lease string, version uint64, why string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.releases == nil {
+		f.releases = map[string]redislease.Release{}
+	}
+	f.releases[lease] = redislease.Release{By: "node-a", Version: version, Why: why}
+	return nil
+}
+
+func (f *memStore) LastRelease(_ context.Context, lease string) (*redislease.Release, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.releases[lease]
+	if !ok {
+		return nil, nil
+	}
+	return &r, nil
+}
+
+func (f *memStore) NoteTransition(_ context.Context, lease string, t redislease.Transition) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.transitions == nil {
+		f.transitions = map[string]redislease.Transition{}
+	}
+	f.transitions[lease] = t
+	return nil
+}
+
+func (f *memStore) Transitions(_ context.Context, leases []string) (map[string]redislease.Transition, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]redislease.Transition{}
+	for _, l := range leases {
+		if t, ok := f.transitions[l]; ok {
+			out[l] = t
+		}
+	}
+	return out, nil
+}
+
+func (f *memStore) NoteFailures(_ context.Context, lease string, count int, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failures == nil {
+		f.failures = map[string]int{}
+	}
+	f.failures[lease] = count
+	return nil
+}
+
+func (f *memStore) Failures(context.Context) (map[string][]redislease.NodeFailures, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]redislease.NodeFailures{}
+	for l, n := range f.failures {
+		if n > 0 {
+			out[l] = []redislease.NodeFailures{{Node: "node-a", Count: n}}
+		}
 	}
 	return out, nil
 }

@@ -173,6 +173,7 @@ func (d *Daemon) failback(ctx context.Context, s *supervisor.Supervisor, st leas
 	d.log.Info(fmt.Sprintf("%s: failing back: %s, more preferred than this node, has been ready for %v: handing lease %s to it",
 		strings.Join(s.Units, ", "), best, st.Settle, s.Lease),
 		append(logging.UnitFields(s.Units), logging.Event, "failback", logging.Lease, s.Lease, logging.Holder, best)...)
+	d.intend(s.Lease, "failback")
 	go func() {
 		_, err := d.handOver(ctx, s, best)
 		if err != nil {

@@ -310,6 +310,8 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 	}
 	sup := supervisor.New(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait, d.ucfg}, d.clock, d.supLog)
 	sup.OnUnitFailed = func() { d.unitFailed(lease) }
+	sup.OnAcquired = func(seen, got policy.Record) { d.acquired(lease, seen, got) }
+	sup.OnReleased = func(rec policy.Record, c policy.Cause) { d.released(lease, rec, c) }
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	sup.Start(sctx)
 	d.mu.Lock()
@@ -439,6 +441,7 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 	defer d.notify("STOPPING=1")
 	var wg sync.WaitGroup
 	for _, r := range d.running() {
+		d.intend(r.sup.Lease, "stop")
 		wg.Go(func() {
 			d.relinquish(ctx, r.sup, false)
 			if r.sup.Holding() {

@@ -140,6 +140,7 @@ func sleepDelayWarning(limit time.Duration, t policy.Timing) string {
 func (d *Daemon) relinquishAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, r := range d.running() {
+		d.intend(r.sup.Lease, "sleep")
 		wg.Go(func() { d.relinquish(ctx, r.sup, false) })
 	}
 	wg.Wait()

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/supervisor"
@@ -33,6 +34,7 @@ func (d *Daemon) Snapshot(ctx context.Context) control.Snapshot {
 	} else {
 		snap.DrainedNodes = withAnnouncements(snap.Cluster, as)
 	}
+	d.withHistory(ctx, &snap)
 	if ds, err := d.store.DisabledLeases(ctx); err != nil {
 		snap.Errors = append(snap.Errors, err.Error())
 	} else {
@@ -109,5 +111,37 @@ func leaseStatus(st supervisor.Status, unitStates []string) control.LeaseStatus 
 		Holding: st.Holding, Holder: st.Holder, Version: st.Version,
 		LeaseAge: st.LeaseAge, DeadlineLeft: st.DeadlineLeft,
 		Reason: st.Reason, UnitStates: unitStates, Since: st.Since,
+	}
+}
+
+// withHistory adds to each cluster row its tenure's token, how long it
+// has been held, its last transition and the nodes' failure counts.
+func (d *Daemon) withHistory(ctx context.Context, snap *control.Snapshot) {
+	var leases []string
+	for _, r := range snap.Cluster {
+		leases = append(leases, r.Lease)
+	}
+	ts, err := d.store.Transitions(ctx, leases)
+	if err != nil {
+		snap.Errors = append(snap.Errors, err.Error())
+	}
+	fs, err := d.store.Failures(ctx)
+	if err != nil {
+		snap.Errors = append(snap.Errors, err.Error())
+	}
+	now := time.Now()
+	for i := range snap.Cluster {
+		r := &snap.Cluster[i]
+		for _, f := range fs[r.Lease] {
+			r.Failures = append(r.Failures, control.NodeFailures{Node: f.Node, Count: f.Count})
+		}
+		t, ok := ts[r.Lease]
+		if !ok {
+			continue
+		}
+		r.Last = &control.TransitionRow{At: t.At, From: t.From, To: t.To, Why: t.Why}
+		if r.State != "released" && r.State != "missing" && r.Holder == t.To {
+			r.Token, r.HeldFor = t.Token, max(0, now.Sub(t.At))
+		}
 	}
 }

@@ -46,7 +46,9 @@ func (d *Daemon) rewatch(ctx context.Context) {
 func (d *Daemon) wakeups(ctx context.Context, leases []string) {
 	for w := range d.store.Wakeups(ctx, leases) {
 		if w.ClearFailures {
-			if d.clearFailures(w.Lease) {
+			cleared := d.clearFailures(w.Lease)
+			d.noteFailures(w.Lease)
+			if cleared {
 				d.log.Info(fmt.Sprintf("lease %s: failures on this node cleared (unitlease clear)", w.Lease),
 					logging.Event, "failures_cleared", logging.Lease, w.Lease)
 			}

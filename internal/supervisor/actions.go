@@ -123,7 +123,7 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 		}
 		return policy.Event{Kind: policy.ReleaseFailed}
 	}
-	return policy.Event{Kind: policy.ReleaseOK}
+	return policy.Event{Kind: policy.ReleaseOK, Record: rec}
 }
 
 // start starts the units one by one in systemd's order (each start is a

@@ -24,8 +24,14 @@ func (s *Supervisor) journal(j policy.Journal, before policy.State, ev policy.Ev
 	if event == "" {
 		event = "state"
 	}
-	if j == policy.JournalUnitFailed && s.OnUnitFailed != nil {
+	switch {
+	case j == policy.JournalUnitFailed && s.OnUnitFailed != nil:
 		s.OnUnitFailed()
+	case j == policy.JournalAcquired && s.OnAcquired != nil:
+		seen, _, _ := m.Seen()
+		s.OnAcquired(seen, rec)
+	case j == policy.JournalReleased && s.OnReleased != nil:
+		s.OnReleased(ev.Record, m.Cause())
 	}
 	msg := s.message(j, before, ev, rec)
 	s.logger().Log(context.Background(), priority(j), msg, append(logging.UnitFields(s.Units),

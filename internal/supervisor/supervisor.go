@@ -129,6 +129,12 @@ type Supervisor struct {
 	// journals unit_failed (a unit failed while held, or its start
 	// failed); it must not block, nor call back into the supervisor.
 	OnUnitFailed func()
+	// OnAcquired and OnReleased, if set before Start, are called from the
+	// steps that journal acquired (with the record aged and the one
+	// written) and released (with the released record and why the node
+	// stopped); the same rules.
+	OnAcquired func(seen, got policy.Record)
+	OnReleased func(released policy.Record, cause policy.Cause)
 
 	garbage   string // the last garbage reported (its message), to report each once
 	elsewhere string // the unit and other lease last reported as holding it, or ""
@@ -230,6 +236,7 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 	if !s.started || s.ended || (ev.Kind == policy.Tick && now < s.wake) {
 		return policy.Output{}, false
 	}
+	ev = s.lastWord(ev)
 	s.busy.Store(int64(now) + 1)
 	defer s.busy.Store(0)
 	before := s.machine.State()
@@ -397,6 +404,29 @@ func (s *Supervisor) Handoff(ctx context.Context) {
 // may take it at once, any node after the lease span.
 func (s *Supervisor) HandoffTo(ctx context.Context, node string) {
 	s.send(ctx, policy.Event{Kind: policy.HandoffRequested, To: node})
+}
+
+// lastWord turns a Withdraw or Compete, an Eligible or Ineligible, or a
+// Defer into the state its setter holds now: each setter's event steps
+// on a goroutine of its own, and two of them (a drain and an undrain,
+// one whose caller gave up waiting) may reach the machine in either
+// order. Whatever the order, the machine ends on the last word.
+func (s *Supervisor) lastWord(ev policy.Event) policy.Event {
+	switch ev.Kind {
+	case policy.Withdraw, policy.Compete:
+		ev.Kind = policy.Compete
+		if s.withdrawn.Load() {
+			ev.Kind = policy.Withdraw
+		}
+	case policy.Eligible, policy.Ineligible:
+		ev.Kind = policy.Eligible
+		if s.ineligible.Load() {
+			ev.Kind = policy.Ineligible
+		}
+	case policy.Defer:
+		ev.Delay = time.Duration(s.delay.Load())
+	}
+	return ev
 }
 
 // SetWithdrawn says whether this node stays out of the competition for
