@@ -345,150 +345,130 @@ func (packagedWatchdog) Watchdog(context.Context, string) (time.Duration, error)
 // stop_failed record without it is left blocked, and said so: forgetting
 // failures must not vouch that a holder's units are gone (rule 10).
 func clearLease(cfg *config.Config, lease string, stopFailed bool, out io.Writer) error {
-	store, err := redislease.New(cfg.RedisConfig())
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	heard, err := store.ClearFailures(ctx, lease)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "lease %s: failures forgotten by the %d daemons watching it; a node they excluded competes again\n", lease, heard)
-	if !stopFailed {
-		rec, err := store.Observe(ctx, lease)
-		if err == nil && rec.StopFailed {
-			return fmt.Errorf("lease %s is %s: its holder could not stop its units, and no node takes the lease until they stop; once no process of them is left on %s, `unitlease clear --stop-failed %s` releases it",
-				lease, rec, rec.Holder, lease)
+	return withStore(cfg, 30*time.Second, func(ctx context.Context, store *redislease.Store) error {
+		heard, err := store.ClearFailures(ctx, lease)
+		if err != nil {
+			return err
 		}
+		fmt.Fprintf(out, "lease %s: failures forgotten by the %d daemons watching it; a node they excluded competes again\n", lease, heard)
+		if !stopFailed {
+			rec, err := store.Observe(ctx, lease)
+			if err == nil && rec.StopFailed {
+				return fmt.Errorf("lease %s is %s: its holder could not stop its units, and no node takes the lease until they stop; once no process of them is left on %s, `unitlease clear --stop-failed %s` releases it",
+					lease, rec, rec.Holder, lease)
+			}
+			return nil
+		}
+		was, now, units, err := store.Clear(ctx, lease)
+		if errors.Is(err, redislease.ErrNotStopFailed) {
+			return fmt.Errorf("%w: --stop-failed releases only a lease whose holder could not stop its units (use `unitlease handoff` to move a lease)", err)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "lease %s: was stop_failed on %s at version %d\n", lease, was.Holder, was.Version)
+		if len(units) > 0 {
+			fmt.Fprintf(out, "unit keys released with it: %s\n", strings.Join(units, ", "))
+		}
+		fmt.Fprintf(out, "lease %s: now released at version %d; a standby may acquire it at once\n", lease, now.Version)
 		return nil
-	}
-	was, now, units, err := store.Clear(ctx, lease)
-	if errors.Is(err, redislease.ErrNotStopFailed) {
-		return fmt.Errorf("%w: --stop-failed releases only a lease whose holder could not stop its units (use `unitlease handoff` to move a lease)", err)
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "lease %s: was stop_failed on %s at version %d\n", lease, was.Holder, was.Version)
-	if len(units) > 0 {
-		fmt.Fprintf(out, "unit keys released with it: %s\n", strings.Join(units, ", "))
-	}
-	fmt.Fprintf(out, "lease %s: now released at version %d; a standby may acquire it at once\n", lease, now.Version)
-	return nil
+	})
 }
 
 // disableLease marks the lease disabled, then waits until its holder,
 // if any, has stopped its units and released it, and says how it ended.
 func disableLease(cfg *config.Config, lease string, out io.Writer) error {
-	store, err := redislease.New(cfg.RedisConfig())
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	already, err := store.Disable(ctx, lease)
-	if err != nil {
-		return err
-	}
-	if already {
-		fmt.Fprintf(out, "lease %s was disabled already\n", lease)
-	} else {
-		fmt.Fprintf(out, "lease %s is disabled: no node takes it until `unitlease enable %s`\n", lease, lease)
-	}
-	// The holder's daemon reads it within poll_max (at once, if it heard
-	// the message), then stops its units within stop_wait and releases.
-	t := cfg.Timing
-	limit := time.Now().Add(t.PollMax + t.Retry + t.StopWait + 4*t.ReplyMax + time.Second)
-	for {
-		rec, err := store.Observe(ctx, lease)
-		switch {
-		case err != nil:
+	return withStore(cfg, 30*time.Second, func(ctx context.Context, store *redislease.Store) error {
+		already, err := store.Disable(ctx, lease)
+		if err != nil {
 			return err
-		case !rec.Present:
-			fmt.Fprintf(out, "lease %s: no record (no node holds it)\n", lease)
-			return nil
-		case rec.Released:
-			fmt.Fprintf(out, "lease %s: %s; its units are stopped\n", lease, rec)
-			return nil
-		case rec.StopFailed:
-			return fmt.Errorf("lease %s: %s: its holder could not stop the units, and keeps the lease held until they stop (see unitlease clear)", lease, rec)
-		case time.Now().After(limit):
-			return fmt.Errorf("lease %s: still %s: its holder's daemon has not stopped the units yet (it stops them once it reads the lease disabled; a holder cut off from Redis stops at its renew deadline)", lease, rec)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		if already {
+			fmt.Fprintf(out, "lease %s was disabled already\n", lease)
+		} else {
+			fmt.Fprintf(out, "lease %s is disabled: no node takes it until `unitlease enable %s`\n", lease, lease)
+		}
+		// The holder's daemon reads it within poll_max (at once, if it heard
+		// the message), then stops its units within stop_wait and releases.
+		t := cfg.Timing
+		limit := time.Now().Add(t.PollMax + t.Retry + t.StopWait + 4*t.ReplyMax + time.Second)
+		for {
+			rec, err := store.Observe(ctx, lease)
+			switch {
+			case err != nil:
+				return err
+			case !rec.Present:
+				fmt.Fprintf(out, "lease %s: no record (no node holds it)\n", lease)
+				return nil
+			case rec.Released:
+				fmt.Fprintf(out, "lease %s: %s; its units are stopped\n", lease, rec)
+				return nil
+			case rec.StopFailed:
+				return fmt.Errorf("lease %s: %s: its holder could not stop the units, and keeps the lease held until they stop (see unitlease clear)", lease, rec)
+			case time.Now().After(limit):
+				return fmt.Errorf("lease %s: still %s: its holder's daemon has not stopped the units yet (it stops them once it reads the lease disabled; a holder cut off from Redis stops at its renew deadline)", lease, rec)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
 }
 
 // enableLease lets the nodes take the lease again.
 func enableLease(cfg *config.Config, lease string, out io.Writer) error {
-	store, err := redislease.New(cfg.RedisConfig())
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	was, err := store.Enable(ctx, lease)
-	if err != nil {
-		return err
-	}
-	if !was {
-		fmt.Fprintf(out, "lease %s was not disabled\n", lease)
+	return withStore(cfg, 10*time.Second, func(ctx context.Context, store *redislease.Store) error {
+		was, err := store.Enable(ctx, lease)
+		if err != nil {
+			return err
+		}
+		if !was {
+			fmt.Fprintf(out, "lease %s was not disabled\n", lease)
+			return nil
+		}
+		fmt.Fprintf(out, "lease %s is enabled: the nodes that watch it compete for it again\n", lease)
 		return nil
-	}
-	fmt.Fprintf(out, "lease %s is enabled: the nodes that watch it compete for it again\n", lease)
-	return nil
+	})
 }
 
 // resetGarbage replaces a lease key that holds garbage with a released
 // record, printing what it replaced.
 func resetGarbage(cfg *config.Config, lease string, out io.Writer) error {
-	store, err := redislease.New(cfg.RedisConfig())
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	after := fmt.Sprintf("standbys take it once they have seen it unchanged for a lease span (%v)", cfg.Timing.LeaseSpan)
-	odd, err := store.OddValue(ctx, lease)
-	if err != nil {
-		return err
-	}
-	if odd != nil {
-		what := odd.String()
-		if odd.Type == "string" {
-			what += fmt.Sprintf(", beginning %q", odd.Head)
+	return withStore(cfg, 10*time.Second, func(ctx context.Context, store *redislease.Store) error {
+		after := fmt.Sprintf("standbys take it once they have seen it unchanged for a lease span (%v)", cfg.Timing.LeaseSpan)
+		odd, err := store.OddValue(ctx, lease)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(out, "replacing the value of %s: %s\n", store.Key(lease), inert.Text(what))
-		rec, err := store.OverwriteOdd(ctx, lease, odd)
+		if odd != nil {
+			what := odd.String()
+			if odd.Type == "string" {
+				what += fmt.Sprintf(", beginning %q", odd.Head)
+			}
+			fmt.Fprintf(out, "replacing the value of %s: %s\n", store.Key(lease), inert.Text(what))
+			rec, err := store.OverwriteOdd(ctx, lease, odd)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "lease %s: now released at version %d; %s\n", lease, rec.Version, after)
+			return nil
+		}
+		seen, err := store.Observe(ctx, lease)
+		if !errors.Is(err, redislease.ErrGarbage) {
+			if err != nil {
+				return err
+			}
+			if !seen.Present {
+				return fmt.Errorf("lease %s: the key %s does not exist", lease, store.Key(lease))
+			}
+			return fmt.Errorf("lease %s %w", lease, errNotGarbage)
+		}
+		fmt.Fprintf(out, "replacing %v\n", err)
+		rec, err := store.Overwrite(ctx, lease, seen)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "lease %s: now released at version %d; %s\n", lease, rec.Version, after)
 		return nil
-	}
-	seen, err := store.Observe(ctx, lease)
-	if !errors.Is(err, redislease.ErrGarbage) {
-		if err != nil {
-			return err
-		}
-		if !seen.Present {
-			return fmt.Errorf("lease %s: the key %s does not exist", lease, store.Key(lease))
-		}
-		return fmt.Errorf("lease %s %w", lease, errNotGarbage)
-	}
-	fmt.Fprintf(out, "replacing %v\n", err)
-	rec, err := store.Overwrite(ctx, lease, seen)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "lease %s: now released at version %d; %s\n", lease, rec.Version, after)
-	return nil
+	})
 }
 
 // timeline prints how long each move of a lease takes with this timing.
@@ -511,4 +491,17 @@ func (c *checker) timeline(cfg *config.Config) {
 // see it over, and the acquisition's reply.
 func CrashBound(t policy.Timing) time.Duration {
 	return t.LeaseSpan + 2*t.PollMax + 4*t.ReplyMax
+}
+
+// withStore runs f with a store of cfg's Redis and a context that ends
+// after limit, and closes the store.
+func withStore(cfg *config.Config, limit time.Duration, f func(context.Context, *redislease.Store) error) error {
+	store, err := redislease.New(cfg.RedisConfig())
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	return f(ctx, store)
 }
