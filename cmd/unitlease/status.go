@@ -121,7 +121,7 @@ func printStatus(w io.Writer, s control.Snapshot) {
 			heldFor = round(c.HeldFor)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", shown(c.Lease), shown(state), shown(dash(c.Holder)),
-			version(c.Token), heldFor, version(c.Version), c.Watchers, nodes(c.Nodes), transition(c.Last), failures(c.Failures))
+			version(c.Token), heldFor, version(c.Version), c.Watchers, nodes(c.Nodes), lastChange(c), failures(c.Failures))
 	}
 	if len(s.Cluster) == 0 {
 		fmt.Fprintln(tw, "(no lease in Redis yet: a node writes a lease's key when it first acquires it)")
@@ -198,9 +198,15 @@ func nodes(ns []control.NodeState) string {
 	return strings.Join(parts, ", ")
 }
 
-// transition is a lease's last change of holder: "2026-12-01T23:38:54Z
-// node-a -> node-b (drain)".
-func transition(t *control.TransitionRow) string {
+// lastChange is a lease's last change: its release, for a released
+// record with a note ("2026-12-01T23:38:54Z node-a released it
+// (disable)"), else its last change of holder ("2026-12-01T23:38:54Z
+// node-a -> node-b (drain)").
+func lastChange(c control.ClusterRow) string {
+	if r := c.Released; r != nil {
+		return fmt.Sprintf("%s %s released it (%s)", r.At.UTC().Format(time.RFC3339), shown(r.By), shown(r.Why))
+	}
+	t := c.Last
 	if t == nil {
 		return "-"
 	}

@@ -50,7 +50,8 @@ func fixtureSnapshot() control.Snapshot {
 				Last:     &control.TransitionRow{At: since, From: "node-b", To: "node-a", Why: "drain"},
 				Failures: []control.NodeFailures{{Node: "node-b", Count: 3}}},
 			{Lease: "web", Holder: "node-b", Version: 7, State: "held", Watchers: 2},
-			{Lease: "cache", Version: 4, State: "released", Watchers: 1, Next: "node-c"},
+			{Lease: "cache", Version: 4, State: "released", Watchers: 1, Next: "node-c",
+				Released: &control.ReleaseRow{At: since, By: "node-a", Why: "handoff"}},
 			{Lease: "queue", State: "missing"},
 		},
 		Errors:         []string{"redis: GET unitlease:lease:queue: i/o timeout"},
@@ -76,14 +77,14 @@ db     db-backup.timer     node-a  leader   node-a  12       1.2s       8.8s    
 web    nginx.service       node-a  standby  node-b  7        42s        -              ?           handoff: node-b took over; excluded here after 3 failures
 
 Cluster (Redis):
-LEASE  STATE               HOLDER  TOKEN  HELD FOR  VERSION  WATCHERS  NODES                         LAST TRANSITION                                FAILURES
-db     held                node-a  9      5m3s      12       2         node-a ready, node-b drained  2025-03-01T12:00:00Z node-b -> node-a (drain)  node-b 3
-web    held                node-b  -      -         7        2         -                             -                                              -
-cache  released to node-c  -       -      -         4        1         -                             -                                              -
-queue  missing             -       -      -         -        0         -                             -                                              -
+LEASE  STATE               HOLDER  TOKEN  HELD FOR  VERSION  WATCHERS  NODES                         LAST TRANSITION                                    FAILURES
+db     held                node-a  9      5m3s      12       2         node-a ready, node-b drained  2025-03-01T12:00:00Z node-b -> node-a (drain)      node-b 3
+web    held                node-b  -      -         7        2         -                             -                                                  -
+cache  released to node-c  -       -      -         4        1         -                             2025-03-01T12:00:00Z node-a released it (handoff)  -
+queue  missing             -       -      -         -        0         -                             -                                                  -
 
 Drained nodes (they take no lease): node-b
-Disabled leases (no node takes them until ` + "`unitlease enable`" + `): cache (by node-c at 2025-03-01T12:00:00Z)
+Disabled leases (no node takes them until `+"`unitlease enable`"+`): cache (by node-c at 2025-03-01T12:00:00Z)
 error: redis: GET unitlease:lease:queue: i/o timeout
 `
 
@@ -166,6 +167,7 @@ var statusJSONKeys = []string{
 	"disabled_leases[].lease", "disabled_leases[].by", "disabled_leases[].at",
 	"cluster[].token", "cluster[].held_for_ns", "cluster[].last_transition.at", "cluster[].last_transition.from",
 	"cluster[].last_transition.to", "cluster[].last_transition.why", "cluster[].failures[].node", "cluster[].failures[].count",
+	"cluster[].last_release.at", "cluster[].last_release.by", "cluster[].last_release.why",
 	"errors",
 	"timing.lease_span_ns", "timing.retry_ns", "timing.renew_deadline_ns", "timing.stop_wait_ns",
 	"problems[].unit", "problems[].lease", "problems[].kind", "problems[].msg",
@@ -180,6 +182,7 @@ func TestStatusJSONSchema(t *testing.T) {
 	snap.Leases[1].Reason = "x"
 	snap.Cluster[0].Error = "x"
 	snap.Cluster[0].Next = "x"
+	snap.Cluster[0].Released = snap.Cluster[2].Released
 	snap.Problems = []control.UnitProblem{{Unit: "u", Lease: "l", Kind: "refused", Msg: "m"}}
 	data, err := json.Marshal(snap)
 	if err != nil {

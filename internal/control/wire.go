@@ -118,6 +118,17 @@ type ClusterRow struct {
 	Last    *TransitionRow `json:"last_transition,omitempty"`
 	// Failures are the nodes' failure counts within the lease's window.
 	Failures []NodeFailures `json:"failures,omitempty"`
+	// Released is, for a released record, its holder's note of why it
+	// released (absent if none was noted).
+	Released *ReleaseRow `json:"last_release,omitempty"`
+}
+
+// ReleaseRow is a holder's note of a release: when (its clock), by
+// which node, and why (the reasons of TransitionRow).
+type ReleaseRow struct {
+	At  time.Time `json:"at"`
+	By  string    `json:"by"`
+	Why string    `json:"why"`
 }
 
 // TransitionRow is a lease's last change of holder: when, from which

@@ -135,6 +135,11 @@ func (d *Daemon) withHistory(ctx context.Context, snap *control.Snapshot) {
 		for _, f := range fs[r.Lease] {
 			r.Failures = append(r.Failures, control.NodeFailures{Node: f.Node, Count: f.Count})
 		}
+		if r.State == "released" {
+			if n, err := d.store.LastRelease(ctx, r.Lease); err == nil && n != nil && n.Version == r.Version {
+				r.Released = &control.ReleaseRow{At: time.UnixMilli(n.AtMS), By: n.By, Why: n.Why}
+			}
+		}
 		t, ok := ts[r.Lease]
 		if !ok {
 			continue
