@@ -84,7 +84,7 @@ cache  released to node-c  -       -      -         4        1         -        
 queue  missing             -       -      -         -        0         -                             -                                                  -
 
 Drained nodes (they take no lease): node-b
-Disabled leases (no node takes them until `+"`unitlease enable`"+`): cache (by node-c at 2025-03-01T12:00:00Z)
+Disabled leases (no node takes them until ` + "`unitlease enable`" + `): cache (by node-c at 2025-03-01T12:00:00Z)
 error: redis: GET unitlease:lease:queue: i/o timeout
 `
 
