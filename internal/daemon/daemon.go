@@ -104,9 +104,10 @@ type Daemon struct {
 	// last discovery found them; guarded by mu.
 	settings map[string]leaseSettings
 	// steering is the preference's state (steer), touched only by it.
-	steering  steerState
-	steerNow  chan struct{} // asks steerLoop for a round now
-	steerDone chan string   // a failback of the lease ended
+	steering   steerState
+	steerNow   chan struct{} // asks steerLoop for a round now
+	markersDue atomic.Bool   // the next round reads the disabled markers
+	steerDone  chan string   // a failback of the lease ended
 	// fmu guards failures and excl (failures.go): a leaf lock, taken
 	// from a supervisor's step.
 	fmu      sync.Mutex

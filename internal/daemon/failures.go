@@ -73,8 +73,23 @@ func (d *Daemon) clearFailures(lease string) bool {
 // failure counts, journals each change, and announces when one changed.
 // A node that excludes itself looks whether any node is left that may
 // take the lease: when none is, the lease rests released, and says so.
-func (d *Daemon) reexclude(ctx context.Context) {
-	toggled := d.redisable(ctx)
+func (d *Daemon) reexclude(ctx context.Context) { d.round(ctx, true) }
+
+// MarkerRounds is how many steer rounds pass between two reads of the
+// disabled markers when no message says one changed: disable and enable
+// publish on the lease's channel, and a resubscription (which may have
+// missed one) reads them at once. The acquire script refuses a disabled
+// lease whatever a daemon has read.
+const MarkerRounds = 10
+
+// round is reexclude that reads the disabled markers only if markers.
+func (d *Daemon) round(ctx context.Context, markers bool) {
+	toggled := false
+	if markers {
+		toggled = d.redisable(ctx)
+	} else {
+		d.stopDisabled(ctx)
+	}
 	d.wmu.Lock()
 	changed := d.reexcludeLocked(ctx) || toggled
 	d.wmu.Unlock()
@@ -209,21 +224,32 @@ func (d *Daemon) redisable(ctx context.Context) bool {
 	toggled := false
 	for _, s := range d.supervisors() {
 		on := dis[s.Lease]
+		if on == before[s.Lease] {
+			continue
+		}
+		toggled = true
 		fields := append(logging.UnitFields(s.Units), logging.Lease, s.Lease)
 		switch {
-		case on && !before[s.Lease]:
-			toggled = true
+		case on:
 			d.log.Warn(fmt.Sprintf("lease %s is disabled cluster-wide: this node takes it no more, and stops its units if it runs them (`unitlease enable %s` ends it)", s.Lease, s.Lease),
 				append(fields, logging.Event, "disabled")...)
-		case !on && before[s.Lease]:
-			toggled = true
+		default:
 			d.log.Info(fmt.Sprintf("lease %s is enabled again", s.Lease), append(fields, logging.Event, "enabled")...)
 		}
-		if on && s.Holding() {
+	}
+	d.stopDisabled(ctx)
+	return toggled
+}
+
+// stopDisabled stops the units of every disabled lease this node holds
+// (as the last read of the markers says): an acquisition answered just
+// before the disable was read is stopped at the next round.
+func (d *Daemon) stopDisabled(ctx context.Context) {
+	for _, s := range d.supervisors() {
+		if s.Holding() && d.isDisabled(s.Lease) {
 			s.Disable(ctx)
 		}
 	}
-	return toggled
 }
 
 // isDisabled: the last round read lease disabled.

@@ -201,7 +201,7 @@ func (d *Daemon) steerSoon() {
 func (d *Daemon) steerLoop(ctx context.Context) {
 	tick := time.NewTicker(d.cfg.Timing.PollMax)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -211,7 +211,7 @@ func (d *Daemon) steerLoop(ctx context.Context) {
 		case <-d.steerNow:
 		case <-tick.C:
 		}
-		d.reexclude(ctx)
+		d.round(ctx, d.markersDue.Swap(false) || n%MarkerRounds == 0)
 		d.steer(ctx)
 	}
 }

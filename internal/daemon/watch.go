@@ -55,8 +55,13 @@ func (d *Daemon) wakeups(ctx context.Context, leases []string) {
 			d.steerSoon()
 			continue
 		}
+		if w.Toggled || w.Resync {
+			// Disabled or enabled, or messages may have been missed:
+			// the next round reads the markers.
+			d.markersDue.Store(true)
+			d.steerSoon()
+		}
 		if w.Toggled {
-			d.steerSoon() // disabled or enabled: the next round reads which
 			continue
 		}
 		for _, s := range d.supervisors() {
