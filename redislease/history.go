@@ -69,18 +69,52 @@ func (s *Store) NoteRelease(ctx context.Context, lease string, version uint64, w
 // LastRelease reads the last release note of lease (nil if none, or
 // unreadable).
 func (s *Store) LastRelease(ctx context.Context, lease string) (*Release, error) {
+	rs, err := s.Releases(ctx, []string{lease})
+	if r, ok := rs[lease]; ok {
+		return &r, err
+	}
+	return nil, err
+}
+
+// Releases reads the last release note of each of leases, 500 a round
+// trip (those with none, or an unreadable one, are left out).
+func (s *Store) Releases(ctx context.Context, leases []string) (map[string]Release, error) {
+	out := map[string]Release{}
+	err := s.readNotes(ctx, leases, s.releasedKey, func(lease, v string) {
+		var r Release
+		if json.Unmarshal([]byte(v), &r) == nil {
+			out[lease] = r
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redislease: reading the release notes: %w", err)
+	}
+	return out, nil
+}
+
+// readNotes reads the note key(lease) of each of leases, 500 a round
+// trip, and calls f with each string value.
+func (s *Store) readNotes(ctx context.Context, leases []string, key func(string) string, f func(lease, v string)) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	vals, _, err := s.read(ctx, []string{s.releasedKey(lease)})
-	if err != nil {
-		return nil, err
+	for len(leases) > 0 {
+		batch := leases[:min(len(leases), 500)]
+		leases = leases[len(batch):]
+		keys := make([]string, len(batch))
+		for i, l := range batch {
+			keys[i] = key(l)
+		}
+		vals, _, err := s.read(ctx, keys)
+		if err != nil {
+			return err
+		}
+		for i, v := range vals {
+			if str, ok := v.(string); ok {
+				f(batch[i], str)
+			}
+		}
 	}
-	str, ok := vals[0].(string)
-	var r Release
-	if !ok || json.Unmarshal([]byte(str), &r) != nil {
-		return nil, nil
-	}
-	return &r, nil
+	return nil
 }
 
 // NoteTransition records the acquisition this node just made.
@@ -94,26 +128,15 @@ func (s *Store) NoteTransition(ctx context.Context, lease string, t Transition) 
 // Transitions reads the last transition of each of leases (those with
 // none, or an unreadable one, are left out).
 func (s *Store) Transitions(ctx context.Context, leases []string) (map[string]Transition, error) {
-	ctx, cancel := s.bounded(ctx)
-	defer cancel()
 	out := map[string]Transition{}
-	for len(leases) > 0 {
-		batch := leases[:min(len(leases), 500)]
-		leases = leases[len(batch):]
-		keys := make([]string, len(batch))
-		for i, l := range batch {
-			keys[i] = s.transitionKey(l)
+	err := s.readNotes(ctx, leases, s.transitionKey, func(lease, v string) {
+		var w transitionWire
+		if json.Unmarshal([]byte(v), &w) == nil {
+			out[lease] = Transition{At: time.UnixMilli(w.AtMS), From: w.From, To: w.To, Why: w.Why, Token: w.Token}
 		}
-		vals, _, err := s.read(ctx, keys)
-		if err != nil {
-			return nil, fmt.Errorf("redislease: reading the transitions: %w", err)
-		}
-		for i, v := range vals {
-			var w transitionWire
-			if str, ok := v.(string); ok && json.Unmarshal([]byte(str), &w) == nil {
-				out[batch[i]] = Transition{At: time.UnixMilli(w.AtMS), From: w.From, To: w.To, Why: w.Why, Token: w.Token}
-			}
-		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redislease: reading the transitions: %w", err)
 	}
 	return out, nil
 }

@@ -30,6 +30,9 @@ func TestHistoryNotes(t *testing.T) {
 	if err != nil || r == nil || r.By != "node-a" || r.Version != 41 || r.Why != "drain" || r.AtMS == 0 {
 		t.Fatalf("release note: %+v, %v", r, err)
 	}
+	if rs, err := b.Releases(bg, []string{"vpn:eu", "db"}); err != nil || len(rs) != 1 || rs["vpn:eu"] != *r {
+		t.Fatalf("releases: %+v, %v; want only vpn:eu's %+v", rs, err, *r)
+	}
 	at := time.UnixMilli(time.Now().UnixMilli())
 	if err := b.NoteTransition(bg, "vpn:eu", Transition{At: at, From: "node-a", To: "node-b", Why: "drain", Token: 42}); err != nil {
 		t.Fatal(err)

@@ -72,6 +72,7 @@ type LeaseStore interface {
 	// The history status shows (redislease's history.go).
 	NoteRelease(ctx context.Context, lease string, version uint64, why string) error
 	LastRelease(ctx context.Context, lease string) (*redislease.Release, error)
+	Releases(ctx context.Context, leases []string) (map[string]redislease.Release, error)
 	NoteTransition(ctx context.Context, lease string, t redislease.Transition) error
 	Transitions(ctx context.Context, leases []string) (map[string]redislease.Transition, error)
 	NoteFailures(ctx context.Context, lease string, count int, window time.Duration) error

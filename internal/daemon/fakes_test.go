@@ -203,6 +203,18 @@ func (f *memStore) LastRelease(_ context.Context, lease string) (*redislease.Rel
 	return &r, nil
 }
 
+func (f *memStore) Releases(_ context.Context, leases []string) (map[string]redislease.Release, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]redislease.Release{}
+	for _, l := range leases {
+		if r, ok := f.releases[l]; ok {
+			out[l] = r
+		}
+	}
+	return out, nil
+}
+
 func (f *memStore) NoteTransition(_ context.Context, lease string, t redislease.Transition) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -129,16 +129,24 @@ func (d *Daemon) withHistory(ctx context.Context, snap *control.Snapshot) {
 	if err != nil {
 		snap.Errors = append(snap.Errors, err.Error())
 	}
+	var released []string
+	for _, r := range snap.Cluster {
+		if r.State == "released" {
+			released = append(released, r.Lease)
+		}
+	}
+	notes, err := d.store.Releases(ctx, released)
+	if err != nil {
+		snap.Errors = append(snap.Errors, err.Error())
+	}
 	now := time.Now()
 	for i := range snap.Cluster {
 		r := &snap.Cluster[i]
 		for _, f := range fs[r.Lease] {
 			r.Failures = append(r.Failures, control.NodeFailures{Node: f.Node, Count: f.Count})
 		}
-		if r.State == "released" {
-			if n, err := d.store.LastRelease(ctx, r.Lease); err == nil && n != nil && n.Version == r.Version {
-				r.Released = &control.ReleaseRow{At: time.UnixMilli(n.AtMS), By: n.By, Why: n.Why}
-			}
+		if n, ok := notes[r.Lease]; ok && n.Version == r.Version {
+			r.Released = &control.ReleaseRow{At: time.UnixMilli(n.AtMS), By: n.By, Why: n.Why}
 		}
 		t, ok := ts[r.Lease]
 		if !ok {
