@@ -292,6 +292,10 @@ func (m Machine) Timing() Timing { return m.t }
 // may still hold it (it renews and will release it).
 func (m Machine) Held() (Record, bool) { return m.held, m.holding }
 
+// Token is the fencing token of the tenure this node holds (the version
+// its acquisition wrote), and whether it holds one.
+func (m Machine) Token() (uint64, bool) { return m.token, m.holding }
+
 // Seen returns the value a standby is aging and when it first received
 // it; ok is false when there is none (nothing observed since the last
 // reset).

@@ -107,6 +107,15 @@ func (t Timing) SafeMinimum() time.Duration {
 	return aboveScaled(t.leaderBound(), 0)
 }
 
+// CrashBound is the longest a crash of a holder can leave a lease without
+// a holder, from its last renewal to a standby's acquisition, with every
+// node on timing t: the reply that still shows the renewal before, a poll
+// and a reply to see the last one, the lease span, a poll and a reply to
+// see it over, and the acquisition's reply.
+func (t Timing) CrashBound() time.Duration {
+	return t.LeaseSpan + 2*t.PollMax + 4*t.ReplyMax
+}
+
 // Margin is SafeMinimum less retry + renew_deadline + stop_wait: the
 // allowance and the clock drift.
 func (t Timing) Margin() time.Duration {

@@ -484,14 +484,8 @@ func (c *checker) timeline(cfg *config.Config) {
 		t.Backoff())
 }
 
-// CrashBound is the longest a crash of a holder can leave a lease without
-// a holder, from its last renewal to a standby's acquisition, with every
-// node on timing t: the reply that still shows the renewal before, a poll
-// and a reply to see the last one, the lease span, a poll and a reply to
-// see it over, and the acquisition's reply.
-func CrashBound(t policy.Timing) time.Duration {
-	return t.LeaseSpan + 2*t.PollMax + 4*t.ReplyMax
-}
+// CrashBound is t.CrashBound.
+func CrashBound(t policy.Timing) time.Duration { return t.CrashBound() }
 
 // withStore runs f with a store of cfg's Redis and a context that ends
 // after limit, and closes the store.

@@ -11,9 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +37,8 @@ type Config struct {
 	Node   string
 	Redis  Redis
 	Timing policy.Timing // resolved: LeaseSpan is set
+	// Metrics is the [metrics] table: the Prometheus endpoint.
+	Metrics Metrics
 	// Path is the file it came from ("" for built-in defaults).
 	Path string
 
@@ -61,12 +66,27 @@ type Redis struct {
 	SentinelPasswordFile string   `toml:"sentinel_password_file"`
 }
 
+// Metrics is the [metrics] table.
+type Metrics struct {
+	// Enabled serves /metrics at Listen; off by default.
+	Enabled bool `toml:"enabled"`
+	// Listen is host:port (default DefaultMetricsListen, loopback only).
+	Listen string `toml:"listen"`
+	// WebConfigFile, if set, is a web configuration file in the format of
+	// Prometheus's exporter toolkit: TLS and basic auth.
+	WebConfigFile string `toml:"web_config_file"`
+}
+
+// DefaultMetricsListen is the metrics endpoint's default address.
+const DefaultMetricsListen = "127.0.0.1:9790"
+
 // file is the document as written: durations stay strings until their
 // line is known.
 type file struct {
-	Node   *string `toml:"node"`
-	Redis  Redis   `toml:"redis"`
-	Timing struct {
+	Node    *string `toml:"node"`
+	Redis   Redis   `toml:"redis"`
+	Metrics Metrics `toml:"metrics"`
+	Timing  struct {
 		Profile       *string `toml:"profile"`
 		Retry         *string `toml:"retry"`
 		RenewDeadline *string `toml:"renew_deadline"`
@@ -137,7 +157,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	lines := keyLines(data)
 	at := func(key, msg string) error { return &Error{File: path, Line: lines[key], Key: key, Msg: msg} }
-	c := &Config{Path: path, Redis: f.Redis}
+	c := &Config{Path: path, Redis: f.Redis, Metrics: f.Metrics}
 	if err := c.node(f.Node, at); err != nil {
 		return nil, err
 	}
@@ -145,6 +165,9 @@ func Parse(path string, data []byte) (*Config, error) {
 		return nil, err
 	}
 	if err := c.timing(f, at); err != nil {
+		return nil, err
+	}
+	if err := c.metrics(at); err != nil {
 		return nil, err
 	}
 	if err := c.RedisConfig().Check(); err != nil {
@@ -305,6 +328,27 @@ func (c *Config) timing(f file, at func(key, msg string) error) error {
 	}
 	c.keys, c.at = t, at
 	return c.resolve()
+}
+
+func (c *Config) metrics(at func(key, msg string) error) error {
+	m := &c.Metrics
+	if m.Listen == "" {
+		m.Listen = DefaultMetricsListen
+	}
+	host, port, err := net.SplitHostPort(m.Listen)
+	if err != nil {
+		return at("metrics.listen", fmt.Sprintf("%q is not host:port, like %q", m.Listen, DefaultMetricsListen))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return at("metrics.listen", fmt.Sprintf("%q: the port %q is not a number in 1..65535", m.Listen, port))
+	}
+	if host == "" {
+		return at("metrics.listen", fmt.Sprintf("%q names no host: write 127.0.0.1:%s for loopback, or 0.0.0.0:%s for every address", m.Listen, port, port))
+	}
+	if m.WebConfigFile != "" && !filepath.IsAbs(m.WebConfigFile) {
+		return at("metrics.web_config_file", fmt.Sprintf("%q is not an absolute path", m.WebConfigFile))
+	}
+	return nil
 }
 
 // SetAllowance sets the allowance for a daemon that acts late, which

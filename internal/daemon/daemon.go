@@ -24,6 +24,7 @@ import (
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/internal/metrics"
 	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
@@ -61,6 +62,8 @@ type LeaseStore interface {
 	Wakeups(ctx context.Context, leases []string) <-chan redislease.Wake
 	List(ctx context.Context) ([]redislease.Entry, error)
 	Durability(ctx context.Context) redislease.Durability
+	// Ping: Redis answers within reply_max.
+	Ping(ctx context.Context) error
 	// What the nodes announce (redislease's presence).
 	SetAnnouncements(ctx context.Context, as []redislease.Announcement) error
 	Announced(ctx context.Context, lease, node string) (string, error)
@@ -89,6 +92,9 @@ type Daemon struct {
 	ucfg   unitctl.Config
 	clock  supervisor.Clock
 	notify func(string)
+	// metrics counts for the Prometheus endpoint, or is nil (it is off);
+	// set before the first reload (UseMetrics).
+	metrics *metrics.Metrics
 
 	again chan struct{} // asks the loop for another reload
 

@@ -46,6 +46,15 @@ func (f *memStore) write(name string, r policy.Record) policy.Record {
 	return f.current(name)
 }
 
+// steal makes node the holder of a lease's record, as after a partition.
+func (f *memStore) steal(name, node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur := f.current(name)
+	cur.Holder, cur.Version, cur.Token, cur.Released = node, cur.Version+1, strings.Repeat("b", 32), false
+	f.write(name, cur)
+}
+
 // record is the lease's record now.
 func (f *memStore) record(name string) policy.Record {
 	f.mu.Lock()
@@ -119,6 +128,8 @@ func (f *memStore) Wakeups(ctx context.Context, _ []string) <-chan redislease.Wa
 func (f *memStore) List(context.Context) ([]redislease.Entry, error) { return nil, nil }
 
 func (f *memStore) Durability(context.Context) redislease.Durability { return redislease.Durability{} }
+
+func (f *memStore) Ping(context.Context) error { return nil }
 
 func (f *memStore) SetAnnouncements(_ context.Context, as []redislease.Announcement) error {
 	f.mu.Lock()

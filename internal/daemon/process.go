@@ -77,6 +77,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	d := New(cfg, log, store, sd, opts.Unitctl, notify(log))
 	d.stateDir = cmp.Or(opts.StateDir, StateDir)
 	d.loadDrained()
+	if cfg.Metrics.Enabled {
+		if err := d.serveMetrics(ctx, cfg.Metrics); err != nil {
+			return fmt.Errorf("%w: not starting: %w", ErrSetup, err)
+		}
+	}
 	serveErr := make(chan error, 1)
 	go func() {
 		l, err := control.Listen(opts.Socket)

@@ -312,6 +312,9 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 	sup.OnUnitFailed = func() { d.unitFailed(lease) }
 	sup.OnAcquired = func(seen, got policy.Record) { d.acquired(lease, seen, got) }
 	sup.OnReleased = func(rec policy.Record, c policy.Cause) { d.released(lease, rec, c) }
+	if d.metrics != nil {
+		sup.SetMeter(d.metrics.Lease(lease))
+	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	sup.Start(sctx)
 	d.mu.Lock()
@@ -375,6 +378,9 @@ func (d *Daemon) end(ctx context.Context, lease string, r *running, keep map[str
 	<-r.sup.Done()
 	d.mu.Lock()
 	delete(d.sups, lease)
+	if d.metrics != nil {
+		d.metrics.Forget(lease)
+	}
 	if r.sup.StopPending() {
 		d.ended = append(d.ended, r.sup)
 	}

@@ -17,13 +17,13 @@ func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
 	var ev policy.Event
 	switch a.Kind {
 	case policy.Observe:
-		ev = s.observe(ctx)
+		ev = s.request(a, func() policy.Event { return s.observe(ctx) })
 	case policy.Acquire:
-		ev = s.acquire(ctx, a.Record)
+		ev = s.request(a, func() policy.Event { return s.acquire(ctx, a.Record) })
 	case policy.Renew:
-		ev = s.renew(ctx, a.Record)
+		ev = s.request(a, func() policy.Event { return s.renew(ctx, a.Record) })
 	case policy.Release:
-		ev = s.release(ctx, a.Record)
+		ev = s.request(a, func() policy.Event { return s.release(ctx, a.Record) })
 	case policy.StartUnit:
 		ev = s.start(ctx, Env{Lease: s.Lease, Node: s.Node, Token: a.Token})
 	case policy.StopUnit:

@@ -33,6 +33,9 @@ func (s *Supervisor) journal(j policy.Journal, before policy.State, ev policy.Ev
 	case j == policy.JournalReleased && s.OnReleased != nil:
 		s.OnReleased(ev.Record, m.Cause())
 	}
+	if s.meter != nil && j != "" {
+		s.meter.Journaled(j, m.Cause())
+	}
 	msg := s.message(j, before, ev, rec)
 	s.logger().Log(context.Background(), priority(j), msg, append(logging.UnitFields(s.Units),
 		logging.Event, event,
@@ -113,6 +116,9 @@ func (s *Supervisor) reportGarbage(err error) {
 		return
 	}
 	s.garbage = msg
+	if s.meter != nil {
+		s.meter.Garbage()
+	}
 	s.logger().Error(err.Error()+"; it is left alone: remove or overwrite it by hand", "UNITLEASE_EVENT", "garbage")
 }
 

@@ -17,6 +17,9 @@ type Status struct {
 	Holding bool
 	Holder  string
 	Version uint64
+	// Token: for a holder, the fencing token of its tenure (the version
+	// its acquisition wrote, as UNITLEASE_TOKEN); else 0.
+	Token uint64
 	// LeaseAge: for a standby, how long the record has been unchanged;
 	// for a holder, the time since its last successful renewal was sent.
 	LeaseAge time.Duration
@@ -27,6 +30,9 @@ type Status struct {
 	Reason string
 	reason string    // the last journal event and cause alone
 	Since  time.Time // when Role began, on the wall clock, for display only
+	// At is the instant of the step this status is of: LeaseAge and
+	// DeadlineLeft are as of then.
+	At policy.Instant
 }
 
 // Status returns the latest snapshot.
@@ -38,7 +44,7 @@ func (s *Supervisor) Holding() bool { return s.status.Load().Holding }
 // publish stores a snapshot after a step.
 func (s *Supervisor) publish(now policy.Instant, j policy.Journal) {
 	m := s.machine
-	st := Status{Lease: s.Lease, Units: s.Units, Node: s.Node, Role: m.State().String(), Since: time.Now()}
+	st := Status{Lease: s.Lease, Units: s.Units, Node: s.Node, Role: m.State().String(), Since: time.Now(), At: now}
 	if prev := s.status.Load(); prev != nil {
 		st.reason = prev.reason
 		if prev.Role == st.Role {
@@ -55,6 +61,7 @@ func (s *Supervisor) publish(now policy.Instant, j policy.Journal) {
 	if held, holding := m.Held(); holding {
 		st.Holding = true
 		st.Holder, st.Version = held.Holder, held.Version
+		st.Token, _ = m.Token()
 		st.LeaseAge = now.Sub(m.LastRenewal())
 		t := m.Timing()
 		st.DeadlineLeft = max(0, t.Retry+t.RenewDeadline-st.LeaseAge)

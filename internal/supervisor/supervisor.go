@@ -135,6 +135,7 @@ type Supervisor struct {
 	// stopped); the same rules.
 	OnAcquired func(seen, got policy.Record)
 	OnReleased func(released policy.Record, cause policy.Cause)
+	meter      Meter // SetMeter; nil: nothing is counted
 
 	garbage   string // the last garbage reported (its message), to report each once
 	elsewhere string // the unit and other lease last reported as holding it, or ""

@@ -1,0 +1,333 @@
+// Package metrics is the daemon's Prometheus endpoint. What happens to a
+// lease (Redis's answers, the journal's events) is counted as it happens,
+// by a Lease each supervisor is given as its meter; what a lease and the
+// node are (role, token, age, deadline, Redis's reachability and
+// durability) is read from the daemon at each scrape, so an unscraped
+// daemon pays nothing for it. It decides nothing: the counts are notes.
+//
+// Every name is in Names, which the dashboard's and the alert rules'
+// tests read. The labels are the lease and the unit, never a version or
+// a token; a lease has ten series (twelve where it is held): what a
+// dashboard's row and the rules need. Rare events (a failed stop, a
+// kill, a unit's failure, garbage) are counted by node: the journal
+// names the lease.
+package metrics
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/unitlease/unitlease/policy"
+)
+
+// Source is what a scrape reads: the daemon.
+type Source interface {
+	// Leases is every lease this node manages, as its supervisor last
+	// stepped.
+	Leases() []LeaseView
+	// Drained reports whether the node is drained.
+	Drained() bool
+	// RedisUp pings Redis, within reply_max.
+	RedisUp(ctx context.Context) bool
+	// RedisDurable reports whether Redis can lose no write it has
+	// acknowledged (INFO and CONFIG GET, within reply_max).
+	RedisDurable(ctx context.Context) bool
+}
+
+// LeaseView is one lease at a scrape.
+type LeaseView struct {
+	Lease string
+	Units []string
+	// Holding: this node holds the lease. Competing: it does not, and
+	// may take it (not withdrawn, excluded, ineligible or disabled).
+	Holding, Competing bool
+	StopFailed         bool // the node could not stop the units; it keeps the lease held
+	Disabled           bool // an operator disabled the lease cluster-wide
+	Token              uint64
+	Age                time.Duration // since the last renewal (holder) or the record's last change (others)
+	DeadlineLeft       time.Duration // holder: left before it must stop
+}
+
+// Options are a daemon's fixed facts.
+type Options struct {
+	Version    string
+	LeaseSpan  time.Duration
+	CrashBound time.Duration // policy.Timing.CrashBound
+	// DurableEvery is how long a reading of Redis's durability is kept
+	// (default a minute): it costs two requests.
+	DurableEvery time.Duration
+	// Now is the clock of that cache (default time.Now).
+	Now func() time.Time
+}
+
+// The metric names, without the namespace's prefix.
+const (
+	nsPrefix = "unitlease_"
+
+	nameRole          = nsPrefix + "lease_role"
+	nameToken         = nsPrefix + "lease_token"
+	nameAge           = nsPrefix + "lease_age_seconds"
+	nameDeadline      = nsPrefix + "lease_deadline_seconds"
+	nameStopFailed    = nsPrefix + "lease_stop_failed"
+	nameDisabled      = nsPrefix + "lease_disabled"
+	nameUnit          = nsPrefix + "unit_info"
+	nameAcquisitions  = nsPrefix + "acquisitions_total"
+	nameLosses        = nsPrefix + "losses_total"
+	nameHandoffs      = nsPrefix + "handoffs_total"
+	nameStopFailures  = nsPrefix + "stop_failures_total"
+	nameKills         = nsPrefix + "kills_total"
+	nameUnitFailures  = nsPrefix + "unit_failures_total"
+	nameGarbage       = nsPrefix + "garbage_records_total"
+	nameRenewSeconds  = nsPrefix + "renewal_duration_seconds"
+	nameRenewFailures = nsPrefix + "renewal_failures_total"
+	nameAcquireSecs   = nsPrefix + "acquisition_duration_seconds"
+	nameServerChanges = nsPrefix + "redis_server_changes_total"
+	nameRedisUp       = nsPrefix + "redis_up"
+	nameRedisDurable  = nsPrefix + "redis_durable"
+	nameDrained       = nsPrefix + "node_drained"
+	nameLeaseSpan     = nsPrefix + "lease_span_seconds"
+	nameCrashBound    = nsPrefix + "failover_bound_seconds"
+	nameLeases        = nsPrefix + "leases"
+	nameBuild         = nsPrefix + "build_info"
+)
+
+// Names is every metric this package exports (histograms by their base
+// name), besides the Go runtime's and the process's.
+var Names = []string{
+	nameRole, nameToken, nameAge, nameDeadline, nameStopFailed, nameDisabled, nameUnit,
+	nameAcquisitions, nameLosses, nameHandoffs, nameStopFailures, nameKills, nameUnitFailures, nameGarbage,
+	nameRenewSeconds, nameRenewFailures, nameAcquireSecs, nameServerChanges,
+	nameRedisUp, nameRedisDurable, nameDrained, nameLeaseSpan, nameCrashBound, nameLeases, nameBuild,
+}
+
+// Roles are the values of lease_role's role label.
+var Roles = []string{"leader", "standby", "none"}
+
+// latencyBuckets span a Redis on loopback (under a millisecond) to a
+// reply_max of seconds.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
+// Metrics is a daemon's registry.
+type Metrics struct {
+	reg *prometheus.Registry
+	src Source
+	opt Options
+
+	// By lease: what a dashboard's row and the ping-pong rule need.
+	acquisitions, losses, handoffs *prometheus.CounterVec
+	// By node: rare events the journal names the lease of.
+	stopFailures, kills, unitFailures, garbage, renewFailures, serverChanges prometheus.Counter
+	renewSeconds, acquireSeconds                                             prometheus.Histogram
+
+	smu    sync.Mutex
+	server string // the identity of the Redis server that answered last; guarded by smu
+
+	dmu       sync.Mutex
+	durable   bool      // guarded by dmu
+	durableAt time.Time // when durable was read; zero: never
+}
+
+// New returns the registry of a daemon whose leases src shows.
+func New(src Source, opt Options) *Metrics {
+	if opt.DurableEvery == 0 {
+		opt.DurableEvery = time.Minute
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	byLease := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"lease"})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(), src: src, opt: opt,
+		acquisitions:  byLease(nameAcquisitions, "Acquisitions of the lease by this node."),
+		losses:        byLease(nameLosses, "Tenures of the lease this node lost: held elsewhere or the key missing (lost), or no renewal within renew_deadline (renew_failed); the journal says which."),
+		handoffs:      byLease(nameHandoffs, "Planned handoffs of the lease (handoff, drain, failback, shutdown) this node completed: stopped, confirmed inactive, released."),
+		stopFailures:  counter(nameStopFailures, "Tries to stop a lease's units that failed even after SIGKILL, each journalled as stop_failed; lease_stop_failed is 1 while it lasts."),
+		kills:         counter(nameKills, "Stops that needed SIGKILL inside stop_wait."),
+		unitFailures:  counter(nameUnitFailures, "Failures of a lease's units while this node held it, or of their start."),
+		garbage:       counter(nameGarbage, "Values under a lease's keys that are not records, each counted once."),
+		renewFailures: counter(nameRenewFailures, "Renewals that got no answer within reply_max, or an error."),
+		serverChanges: counter(nameServerChanges, "Answers from another Redis server than the one before (a restart, a restore, a failover)."),
+		renewSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: nameRenewSeconds,
+			Help: "Time from sending a renewal to its answer, for the renewals Redis answered.", Buckets: latencyBuckets}),
+		acquireSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: nameAcquireSecs,
+			Help: "Time from sending an acquisition to its answer, won or lost.", Buckets: latencyBuckets}),
+	}
+	m.reg.MustRegister(m.acquisitions, m.losses, m.handoffs,
+		m.stopFailures, m.kills, m.unitFailures, m.garbage, m.renewFailures, m.serverChanges,
+		m.renewSeconds, m.acquireSeconds, scraped{m},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is what the endpoint serves.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Lease returns the meter of a lease's supervisor; its counters exist,
+// at zero, from now on, so that a rule's increase sees the first event.
+func (m *Metrics) Lease(name string) *Lease {
+	l := &Lease{m: m, name: name,
+		acquired: m.acquisitions.WithLabelValues(name), lost: m.losses.WithLabelValues(name),
+		handedOff: m.handoffs.WithLabelValues(name),
+	}
+	return l
+}
+
+// Forget removes a lease that is no longer managed: its labels do not
+// outlive it.
+func (m *Metrics) Forget(name string) {
+	for _, v := range []*prometheus.CounterVec{m.acquisitions, m.losses, m.handoffs} {
+		v.DeleteLabelValues(name)
+	}
+}
+
+// answeredBy counts a change of the server that answers.
+func (m *Metrics) answeredBy(server string) {
+	if server == "" {
+		return
+	}
+	m.smu.Lock()
+	changed := m.server != "" && m.server != server
+	m.server = server
+	m.smu.Unlock()
+	if changed {
+		m.serverChanges.Inc()
+	}
+}
+
+// redisDurable is src's answer, read again once it is DurableEvery old.
+func (m *Metrics) redisDurable(ctx context.Context) bool {
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	if now := m.opt.Now(); m.durableAt.IsZero() || now.Sub(m.durableAt) >= m.opt.DurableEvery {
+		m.durable, m.durableAt = m.src.RedisDurable(ctx), now
+	}
+	return m.durable
+}
+
+// Lease counts what one lease's supervisor does: a supervisor.Meter.
+type Lease struct {
+	m    *Metrics
+	name string
+
+	acquired, lost, handedOff prometheus.Counter
+}
+
+// Answered implements supervisor.Meter.
+func (l *Lease) Answered(a policy.ActionKind, ev policy.Event, took time.Duration) {
+	switch {
+	case a == policy.Renew && ev.Kind == policy.RenewFailed:
+		l.m.renewFailures.Inc()
+	case a == policy.Renew:
+		l.m.renewSeconds.Observe(took.Seconds())
+	case a == policy.Acquire && ev.Kind != policy.AcquireUnknown:
+		l.m.acquireSeconds.Observe(took.Seconds())
+	}
+	// Only a record that came back carries the server that sent it.
+	if ev.Kind == policy.Observed || ev.Kind == policy.RenewOK || ev.Kind == policy.AcquireOK || ev.Kind == policy.ReleaseOK {
+		l.m.answeredBy(ev.Record.Server)
+	}
+}
+
+// Journaled implements supervisor.Meter.
+func (l *Lease) Journaled(j policy.Journal, c policy.Cause) {
+	switch j {
+	case policy.JournalAcquired:
+		l.acquired.Inc()
+	case policy.JournalReleased:
+		if c == policy.CauseHandoff {
+			l.handedOff.Inc()
+		}
+	case policy.JournalStopFailed:
+		l.m.stopFailures.Inc()
+	case policy.JournalKilled:
+		l.m.kills.Inc()
+	case policy.JournalUnitFailed:
+		l.m.unitFailures.Inc()
+	case policy.JournalRenewFailed, policy.JournalLost:
+		l.lost.Inc()
+	}
+}
+
+// Garbage implements supervisor.Meter.
+func (l *Lease) Garbage() { l.m.garbage.Inc() }
+
+// scraped is the collector of what is read at each scrape.
+type scraped struct{ m *Metrics }
+
+var (
+	descRole       = prometheus.NewDesc(nameRole, "This node's role for the lease: leader (holds it), standby (may take it), none (withdrawn, drained, excluded, ineligible or disabled); 1 for the current role.", []string{"lease", "role"}, nil)
+	descToken      = prometheus.NewDesc(nameToken, "The fencing token of the tenure this node holds (UNITLEASE_TOKEN); only while it holds the lease.", []string{"lease"}, nil)
+	descAge        = prometheus.NewDesc(nameAge, "Holder: time since its last successful renewal was sent. Others: how long the lease's record has been unchanged.", []string{"lease"}, nil)
+	descDeadline   = prometheus.NewDesc(nameDeadline, "Holder: time left before it must stop the units without a renewal; only while it holds the lease.", []string{"lease"}, nil)
+	descStopFailed = prometheus.NewDesc(nameStopFailed, "1 while this node could not stop the lease's units even with SIGKILL, and keeps the lease held.", []string{"lease"}, nil)
+	descDisabled   = prometheus.NewDesc(nameDisabled, "1 while an operator disabled the lease cluster-wide (unitlease disable).", []string{"lease"}, nil)
+	descUnit       = prometheus.NewDesc(nameUnit, "The units of each lease managed here; always 1.", []string{"lease", "unit"}, nil)
+	descRedisUp    = prometheus.NewDesc(nameRedisUp, "1 if Redis answered a PING within reply_max at this scrape.", nil, nil)
+	descDurable    = prometheus.NewDesc(nameRedisDurable, "1 if Redis can lose no write it acknowledged (appendonly yes, appendfsync always); read at most once a minute.", nil, nil)
+	descDrained    = prometheus.NewDesc(nameDrained, "1 while the node is drained (unitlease drain).", nil, nil)
+	descLeaseSpan  = prometheus.NewDesc(nameLeaseSpan, "The lease span in force on this node.", nil, nil)
+	descCrashBound = prometheus.NewDesc(nameCrashBound, "The longest a crash of a holder leaves a lease without one (lease span + 2 x poll_max + 4 x reply_max), before the unit's start.", nil, nil)
+	descLeases     = prometheus.NewDesc(nameLeases, "The leases this node manages.", nil, nil)
+	descBuild      = prometheus.NewDesc(nameBuild, "The daemon's version and Go version; always 1.", []string{"version", "goversion"}, nil)
+)
+
+func (scraped) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRole, descToken, descAge, descDeadline, descStopFailed, descDisabled, descUnit,
+		descRedisUp, descDurable, descDrained, descLeaseSpan, descCrashBound, descLeases, descBuild} {
+		ch <- d
+	}
+}
+
+func (c scraped) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	flag := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	leases := m.src.Leases()
+	for _, l := range leases {
+		role := "none"
+		switch {
+		case l.Holding:
+			role = "leader"
+		case l.Competing:
+			role = "standby"
+		}
+		for _, r := range Roles {
+			gauge(descRole, flag(r == role), l.Lease, r)
+		}
+		if l.Holding {
+			gauge(descToken, float64(l.Token), l.Lease)
+			gauge(descDeadline, l.DeadlineLeft.Seconds(), l.Lease)
+		}
+		gauge(descAge, l.Age.Seconds(), l.Lease)
+		gauge(descStopFailed, flag(l.StopFailed), l.Lease)
+		gauge(descDisabled, flag(l.Disabled), l.Lease)
+		for _, u := range l.Units {
+			gauge(descUnit, 1, l.Lease, u)
+		}
+	}
+	ctx := context.Background() // the store bounds each request by reply_max
+	gauge(descRedisUp, flag(m.src.RedisUp(ctx)))
+	gauge(descDurable, flag(m.redisDurable(ctx)))
+	gauge(descDrained, flag(m.src.Drained()))
+	gauge(descLeaseSpan, m.opt.LeaseSpan.Seconds())
+	gauge(descCrashBound, m.opt.CrashBound.Seconds())
+	gauge(descLeases, float64(len(leases)))
+	gauge(descBuild, 1, m.opt.Version, runtime.Version())
+}

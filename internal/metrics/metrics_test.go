@@ -1,0 +1,371 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/unitlease/unitlease/policy"
+)
+
+// fakeSource is a daemon of n leases: lease-0001 held, the rest standby.
+type fakeSource struct {
+	leases   []LeaseView
+	up       bool
+	durable  atomic.Int32 // calls
+	drained  bool
+	isDurabl bool
+}
+
+func (f *fakeSource) Leases() []LeaseView { return f.leases }
+func (f *fakeSource) Drained() bool       { return f.drained }
+func (f *fakeSource) RedisUp(context.Context) bool {
+	return f.up
+}
+func (f *fakeSource) RedisDurable(context.Context) bool {
+	f.durable.Add(1)
+	return f.isDurabl
+}
+
+func leases(n int) []LeaseView {
+	var ls []LeaseView
+	for i := range n {
+		name := fmt.Sprintf("lease-%04d", i+1)
+		l := LeaseView{Lease: name, Units: []string{name + ".service"}, Competing: true, Age: 2 * time.Second}
+		if i == 0 {
+			l = LeaseView{Lease: name, Units: []string{name + ".service"}, Holding: true, Token: 42, Age: 1500 * time.Millisecond, DeadlineLeft: 23500 * time.Millisecond}
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func newTest(t testing.TB, src *fakeSource) *Metrics {
+	t.Helper()
+	return New(src, Options{Version: "1.2.3", LeaseSpan: 39246 * time.Millisecond, CrashBound: 69246 * time.Millisecond})
+}
+
+// TestScrapeShowsEachLeasesRoleTokenAgeAndDeadline: the gauges read at
+// a scrape, one role of three set per lease, token and deadline only on
+// the holder.
+func TestScrapeShowsEachLeasesRoleTokenAgeAndDeadline(t *testing.T) {
+	src := &fakeSource{leases: leases(3), up: true}
+	src.leases[2].Competing = false // withdrawn
+	src.leases[1].Disabled = true
+	m := newTest(t, src)
+	want := `
+# HELP unitlease_lease_role This node's role for the lease: leader (holds it), standby (may take it), none (withdrawn, drained, excluded, ineligible or disabled); 1 for the current role.
+# TYPE unitlease_lease_role gauge
+unitlease_lease_role{lease="lease-0001",role="leader"} 1
+unitlease_lease_role{lease="lease-0001",role="none"} 0
+unitlease_lease_role{lease="lease-0001",role="standby"} 0
+unitlease_lease_role{lease="lease-0002",role="leader"} 0
+unitlease_lease_role{lease="lease-0002",role="none"} 0
+unitlease_lease_role{lease="lease-0002",role="standby"} 1
+unitlease_lease_role{lease="lease-0003",role="leader"} 0
+unitlease_lease_role{lease="lease-0003",role="none"} 1
+unitlease_lease_role{lease="lease-0003",role="standby"} 0
+# HELP unitlease_lease_token The fencing token of the tenure this node holds (UNITLEASE_TOKEN); only while it holds the lease.
+# TYPE unitlease_lease_token gauge
+unitlease_lease_token{lease="lease-0001"} 42
+# HELP unitlease_lease_deadline_seconds Holder: time left before it must stop the units without a renewal; only while it holds the lease.
+# TYPE unitlease_lease_deadline_seconds gauge
+unitlease_lease_deadline_seconds{lease="lease-0001"} 23.5
+# HELP unitlease_lease_age_seconds Holder: time since its last successful renewal was sent. Others: how long the lease's record has been unchanged.
+# TYPE unitlease_lease_age_seconds gauge
+unitlease_lease_age_seconds{lease="lease-0001"} 1.5
+unitlease_lease_age_seconds{lease="lease-0002"} 2
+unitlease_lease_age_seconds{lease="lease-0003"} 2
+# HELP unitlease_lease_disabled 1 while an operator disabled the lease cluster-wide (unitlease disable).
+# TYPE unitlease_lease_disabled gauge
+unitlease_lease_disabled{lease="lease-0001"} 0
+unitlease_lease_disabled{lease="lease-0002"} 1
+unitlease_lease_disabled{lease="lease-0003"} 0
+# HELP unitlease_unit_info The units of each lease managed here; always 1.
+# TYPE unitlease_unit_info gauge
+unitlease_unit_info{lease="lease-0001",unit="lease-0001.service"} 1
+unitlease_unit_info{lease="lease-0002",unit="lease-0002.service"} 1
+unitlease_unit_info{lease="lease-0003",unit="lease-0003.service"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want),
+		nameRole, nameToken, nameDeadline, nameAge, nameDisabled, nameUnit); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestJournalEventsCountByLease: each journal event that a counter
+// stands for moves that counter of that lease, and only that one.
+func TestJournalEventsCountByLease(t *testing.T) {
+	m := newTest(t, &fakeSource{})
+	a, b := m.Lease("a"), m.Lease("b")
+	a.Journaled(policy.JournalAcquired, policy.CauseNone)
+	a.Journaled(policy.JournalAcquired, policy.CauseNone)
+	a.Journaled(policy.JournalReleased, policy.CauseHandoff)
+	a.Journaled(policy.JournalReleased, policy.CauseUnitFailed) // not a handoff
+	a.Journaled(policy.JournalKilled, policy.CauseHandoff)
+	b.Journaled(policy.JournalStopFailed, policy.CauseLost)
+	b.Journaled(policy.JournalLost, policy.CauseLost)
+	b.Journaled(policy.JournalLost, policy.CauseMissing)
+	b.Journaled(policy.JournalRenewFailed, policy.CauseRenewFailed)
+	b.Journaled(policy.JournalUnitFailed, policy.CauseNone)
+	b.Journaled(policy.JournalStarted, policy.CauseNone) // no counter
+	b.Garbage()
+	for _, c := range []struct {
+		what string
+		got  float64
+		want float64
+	}{
+		{"acquisitions of a", testutil.ToFloat64(m.acquisitions.WithLabelValues("a")), 2},
+		{"acquisitions of b", testutil.ToFloat64(m.acquisitions.WithLabelValues("b")), 0},
+		{"handoffs of a", testutil.ToFloat64(m.handoffs.WithLabelValues("a")), 1},
+		{"handoffs of b", testutil.ToFloat64(m.handoffs.WithLabelValues("b")), 0},
+		{"losses of b (lost, missing, renew_failed)", testutil.ToFloat64(m.losses.WithLabelValues("b")), 3},
+		{"losses of a", testutil.ToFloat64(m.losses.WithLabelValues("a")), 0},
+		{"kills", testutil.ToFloat64(m.kills), 1},
+		{"stop failures", testutil.ToFloat64(m.stopFailures), 1},
+		{"unit failures", testutil.ToFloat64(m.unitFailures), 1},
+		{"garbage", testutil.ToFloat64(m.garbage), 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+}
+
+// TestAnswersFillTheHistogramsAndCountServerChanges: a renewal answered
+// goes into the histogram with the time it took; one not answered is a
+// failure; a change of the answering server is counted once per change.
+func TestAnswersFillTheHistogramsAndCountServerChanges(t *testing.T) {
+	m := newTest(t, &fakeSource{})
+	l := m.Lease("a")
+	rec := func(server string) policy.Record { return policy.Record{Present: true, Server: server} }
+	// Durations whose sum is exact in binary: 2⁻⁸ s, 2⁻⁵ s, 2⁻⁹ s.
+	l.Answered(policy.Renew, policy.Event{Kind: policy.RenewOK, Record: rec("s1")}, time.Second/256)
+	l.Answered(policy.Renew, policy.Event{Kind: policy.RenewOK, Record: rec("s1")}, time.Second/32)
+	l.Answered(policy.Renew, policy.Event{Kind: policy.RenewFailed}, 2*time.Second)
+	l.Answered(policy.Renew, policy.Event{Kind: policy.RenewLost}, time.Second/512) // answered: lost is no failure to reach Redis
+	l.Answered(policy.Acquire, policy.Event{Kind: policy.AcquireOK, Record: rec("s2")}, time.Millisecond)
+	l.Answered(policy.Acquire, policy.Event{Kind: policy.AcquireUnknown}, 2*time.Second)
+	l.Answered(policy.Observe, policy.Event{Kind: policy.Observed, Record: rec("s2")}, time.Millisecond)
+	l.Answered(policy.Observe, policy.Event{Kind: policy.Observed, Record: rec("s1")}, time.Millisecond)
+	l.Answered(policy.Observe, policy.Event{Kind: policy.ObserveFailed}, time.Millisecond)
+	want := `
+# HELP unitlease_renewal_duration_seconds Time from sending a renewal to its answer, for the renewals Redis answered.
+# TYPE unitlease_renewal_duration_seconds histogram
+unitlease_renewal_duration_seconds_bucket{le="0.0005"} 0
+unitlease_renewal_duration_seconds_bucket{le="0.001"} 0
+unitlease_renewal_duration_seconds_bucket{le="0.0025"} 1
+unitlease_renewal_duration_seconds_bucket{le="0.005"} 2
+unitlease_renewal_duration_seconds_bucket{le="0.01"} 2
+unitlease_renewal_duration_seconds_bucket{le="0.025"} 2
+unitlease_renewal_duration_seconds_bucket{le="0.05"} 3
+unitlease_renewal_duration_seconds_bucket{le="0.1"} 3
+unitlease_renewal_duration_seconds_bucket{le="0.25"} 3
+unitlease_renewal_duration_seconds_bucket{le="0.5"} 3
+unitlease_renewal_duration_seconds_bucket{le="1"} 3
+unitlease_renewal_duration_seconds_bucket{le="2.5"} 3
+unitlease_renewal_duration_seconds_bucket{le="+Inf"} 3
+unitlease_renewal_duration_seconds_sum 0.037109375
+unitlease_renewal_duration_seconds_count 3
+# HELP unitlease_renewal_failures_total Renewals that got no answer within reply_max, or an error.
+# TYPE unitlease_renewal_failures_total counter
+unitlease_renewal_failures_total 1
+# HELP unitlease_redis_server_changes_total Answers from another Redis server than the one before (a restart, a restore, a failover).
+# TYPE unitlease_redis_server_changes_total counter
+unitlease_redis_server_changes_total 2
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), nameRenewSeconds, nameRenewFailures, nameServerChanges); err != nil {
+		t.Error(err)
+	}
+	if got := testutil.CollectAndCount(m.acquireSeconds); got != 1 {
+		t.Errorf("acquisition histogram: %d series", got)
+	}
+	if n := histCount(t, m, nameAcquireSecs); n != 1 {
+		t.Errorf("acquisitions observed = %d, want 1 (the unknown one got no answer)", n)
+	}
+}
+
+func histCount(t *testing.T, m *Metrics, name string) uint64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("%s not gathered", name)
+	return 0
+}
+
+// TestForgetRemovesTheLeasesSeries: a lease no longer managed leaves no
+// counter behind; the others keep theirs.
+func TestForgetRemovesTheLeasesSeries(t *testing.T) {
+	m := newTest(t, &fakeSource{})
+	m.Lease("a").Journaled(policy.JournalAcquired, policy.CauseNone)
+	m.Lease("b")
+	m.Forget("a")
+	out := scrape(t, m)
+	if strings.Contains(out, `lease="a"`) {
+		t.Errorf("lease a's series are still there:\n%s", grep(out, `lease="a"`))
+	}
+	if !strings.Contains(out, `unitlease_acquisitions_total{lease="b"} 0`) {
+		t.Errorf("lease b's counters are gone:\n%s", grep(out, "acquisitions"))
+	}
+}
+
+// TestDurabilityIsReadOnceAMinute: scrapes within DurableEvery reuse the
+// reading (it costs Redis two requests); the next one after reads again.
+func TestDurabilityIsReadOnceAMinute(t *testing.T) {
+	src := &fakeSource{isDurabl: true, up: true}
+	now := time.Unix(1000, 0)
+	m := New(src, Options{Now: func() time.Time { return now }})
+	for range 3 {
+		scrape(t, m)
+	}
+	if got := src.durable.Load(); got != 1 {
+		t.Fatalf("durability read %d times in three scrapes within a minute, want 1", got)
+	}
+	now = now.Add(time.Minute)
+	src.isDurabl = false
+	out := scrape(t, m)
+	if got := src.durable.Load(); got != 2 {
+		t.Fatalf("durability read %d times, want 2 once a minute passed", got)
+	}
+	if !strings.Contains(out, "unitlease_redis_durable 0\n") || !strings.Contains(out, "unitlease_redis_up 1\n") {
+		t.Errorf("redis gauges:\n%s", grep(out, "unitlease_redis_"))
+	}
+}
+
+// TestEveryNameIsExportedAndLintClean: with a held lease and each event
+// once, every name in Names appears in a scrape, nothing else of this
+// package does, and promlint (promtool check metrics) finds no problem.
+func TestEveryNameIsExportedAndLintClean(t *testing.T) {
+	src := &fakeSource{leases: leases(2), up: true}
+	m := newTest(t, src)
+	l := m.Lease("lease-0001")
+	l.Answered(policy.Renew, policy.Event{Kind: policy.RenewOK}, time.Millisecond)
+	l.Answered(policy.Acquire, policy.Event{Kind: policy.AcquireOK}, time.Millisecond)
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), nsPrefix) {
+			got = append(got, mf.GetName())
+		}
+	}
+	want := slices.Clone(Names)
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("exported %v\nwant     %v", got, want)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestHandlerServesTheTextFormat: /metrics answers in the text format,
+// / points there, anything else is 404.
+func TestHandlerServesTheTextFormat(t *testing.T) {
+	m := newTest(t, &fakeSource{leases: leases(1), up: true})
+	srv := httptest.NewServer(m.Handler(time.Minute))
+	defer srv.Close()
+	for path, want := range map[string]int{"/metrics": 200, "/": 200, "/other": 404} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("the scrape does not parse: %v", err)
+	}
+	if _, ok := mfs[nameRole]; !ok {
+		t.Errorf("no %s in the scrape", nameRole)
+	}
+}
+
+func scrape(t testing.TB, m *Metrics) string {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// BenchmarkScrape is one scrape of a daemon of 1,000 leases, each with
+// its counters: gathered and written in the text format, as the
+// endpoint does for a Prometheus that asks for it.
+func BenchmarkScrape(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
+			src := &fakeSource{leases: leases(n), up: true}
+			m := newTest(b, src)
+			for _, l := range src.leases {
+				m.Lease(l.Lease)
+			}
+			srv := httptest.NewServer(m.Handler(time.Minute))
+			defer srv.Close()
+			b.ReportAllocs()
+			var size int64
+			for b.Loop() {
+				resp, err := http.Get(srv.URL + "/metrics")
+				if err != nil {
+					b.Fatal(err)
+				}
+				var buf bytes.Buffer
+				size, _ = buf.ReadFrom(resp.Body)
+				resp.Body.Close()
+			}
+			b.ReportMetric(float64(size), "bytes/scrape")
+		})
+	}
+}
