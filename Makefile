@@ -4,12 +4,18 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOTEST      ?= $(GO) test -race -count=1 -timeout 30m
 
-.PHONY: all test unit fuzz lint check-spec demo bench bench-scale vm-test
+.PHONY: all test unit fuzz lint check-spec check-rules demo bench bench-scale vm-test
 
 all: test
 
 # Everything CI runs.
-test: lint unit fuzz check-spec bench-scale vm-test
+test: lint unit fuzz check-spec check-rules bench-scale vm-test
+
+# The alert rules (packaging/prometheus) with Prometheus's own promtool
+# (Debian's prometheus package): valid, and their unit tests pass.
+check-rules:
+	promtool check rules packaging/prometheus/unitlease.rules.yml
+	cd packaging/prometheus && promtool test rules unitlease.rules.test.yml
 
 # -short leaves the full sweep to check-spec, which runs it without the race
 # detector (the checker is single-goroutine code; the sweep is ~5x slower

@@ -305,15 +305,18 @@ var pkgConfigKeys = []string{
 	"redis.sentinels", "redis.master_name", "redis.db", "redis.tls", "redis.sentinel_username", "redis.sentinel_password_file",
 	"timing.profile", "timing.retry", "timing.renew_deadline", "timing.stop_wait", "timing.reply_max",
 	"timing.poll_min", "timing.poll_max", "timing.lease_span",
+	"metrics.enabled", "metrics.listen",
 }
 
-// effective is what a configuration sets: its node, Redis and timing.
+// effective is what a configuration sets: its node, Redis, timing and
+// metrics.
 func effective(c config.Config) any {
 	return struct {
-		Node   string
-		Redis  config.Redis
-		Timing policy.Timing
-	}{c.Node, c.Redis, c.Timing}
+		Node    string
+		Redis   config.Redis
+		Timing  policy.Timing
+		Metrics config.Metrics
+	}{c.Node, c.Redis, c.Timing, c.Metrics}
 }
 
 // TestPackageConfigIsTheDefaults checks the shipped unitlease.toml: as

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/daemon"
 	"github.com/unitlease/unitlease/internal/inert"
+	"github.com/unitlease/unitlease/internal/metrics"
 	"github.com/unitlease/unitlease/policy"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
@@ -47,9 +49,25 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		t.LeaseSpan, t.SafeMinimum(), t.Retry, t.RenewDeadline, t.StopWait, t.Margin(), t.Allowance)
 	c.timeline(cfg)
 	c.sandbox(cfg)
+	c.metrics(cfg.Metrics)
 	c.redis(ctx, cfg)
 	c.units(ctx, cfg)
 	return c.code()
+}
+
+// metrics says where the endpoint serves, and warns when it is reachable
+// from beyond this machine: it speaks plain HTTP without credentials.
+func (c *checker) metrics(m config.Metrics) {
+	if !m.Enabled {
+		c.ok("metrics: off ([metrics] enabled = true serves them at http://%s%s)", m.Listen, metrics.Path)
+		return
+	}
+	host, _, _ := net.SplitHostPort(m.Listen)
+	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+		c.ok("metrics: http://%s%s, on loopback", m.Listen, metrics.Path)
+		return
+	}
+	c.warn("metrics: http://%s%s is reachable from beyond this machine, in plain HTTP without credentials: only on a network you trust, or keep loopback behind a TLS proxy", m.Listen, metrics.Path)
 }
 
 // hidden are the paths unitlease.service's sandbox hides from the daemon,

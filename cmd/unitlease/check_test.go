@@ -115,3 +115,24 @@ func TestCheckOutputIsInert(t *testing.T) {
 		t.Fatalf("got %q\nwant %q", out.String(), want)
 	}
 }
+
+// TestCheckMetrics: off says how to turn it on; loopback is fine; any
+// other address is a warning, never an error.
+func TestCheckMetrics(t *testing.T) {
+	for _, c := range []struct {
+		m    config.Metrics
+		want string
+	}{
+		{config.Metrics{Listen: "127.0.0.1:9790"}, "ok       metrics: off ([metrics] enabled = true serves them at http://127.0.0.1:9790/metrics)\n"},
+		{config.Metrics{Enabled: true, Listen: "127.0.0.1:9790"}, "ok       metrics: http://127.0.0.1:9790/metrics, on loopback\n"},
+		{config.Metrics{Enabled: true, Listen: "[::1]:9790"}, "ok       metrics: http://[::1]:9790/metrics, on loopback\n"},
+		{config.Metrics{Enabled: true, Listen: "0.0.0.0:9790"}, "warning  metrics: http://0.0.0.0:9790/metrics is reachable from beyond this machine, in plain HTTP without credentials: only on a network you trust, or keep loopback behind a TLS proxy\n"},
+	} {
+		var out bytes.Buffer
+		ch := checker{out: &out}
+		ch.metrics(c.m)
+		if out.String() != c.want || ch.failed {
+			t.Errorf("%+v:\n got %q\nwant %q", c.m, out.String(), c.want)
+		}
+	}
+}

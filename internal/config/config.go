@@ -13,7 +13,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -71,10 +70,8 @@ type Metrics struct {
 	// Enabled serves /metrics at Listen; off by default.
 	Enabled bool `toml:"enabled"`
 	// Listen is host:port (default DefaultMetricsListen, loopback only).
+	// Plain HTTP, without authentication.
 	Listen string `toml:"listen"`
-	// WebConfigFile, if set, is a web configuration file in the format of
-	// Prometheus's exporter toolkit: TLS and basic auth.
-	WebConfigFile string `toml:"web_config_file"`
 }
 
 // DefaultMetricsListen is the metrics endpoint's default address.
@@ -344,9 +341,6 @@ func (c *Config) metrics(at func(key, msg string) error) error {
 	}
 	if host == "" {
 		return at("metrics.listen", fmt.Sprintf("%q names no host: write 127.0.0.1:%s for loopback, or 0.0.0.0:%s for every address", m.Listen, port, port))
-	}
-	if m.WebConfigFile != "" && !filepath.IsAbs(m.WebConfigFile) {
-		return at("metrics.web_config_file", fmt.Sprintf("%q is not an absolute path", m.WebConfigFile))
 	}
 	return nil
 }

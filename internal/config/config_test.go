@@ -81,11 +81,32 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"[redis]\nurl = \"redis://h/0\"\nsentinels = [\"127.0.0.1:26379\"]\nmaster_name = \"m\"\n", "u.toml:1: redis: url and sentinels are alternatives"},
 		{"[redis]\nsentinels = [\"h\"]\nmaster_name = \"m\"\n", `u.toml:2: redis.sentinels: "h" is not host:port`},
 		{"node = \n", "u.toml:1:"},
+		{"[metrics]\nenabled = \"yes\"\n", "u.toml:2: metrics.enabled: want true or false, not a TOML string"},
+		{"[metrics]\nenabled = true\nlisten = \":9790\"\n", `u.toml:3: metrics.listen: ":9790" names no host`},
+		{"[metrics]\nlisten = \"localhost\"\n", `u.toml:2: metrics.listen: "localhost" is not host:port`},
+		{"[metrics]\nlisten = \"127.0.0.1:http\"\n", `u.toml:2: metrics.listen: "127.0.0.1:http": the port "http" is not a number in 1..65535`},
+		{"[metrics]\nlisten = \"127.0.0.1:0\"\n", `u.toml:2: metrics.listen: "127.0.0.1:0": the port "0" is not a number`},
+		{"[metrics]\nport = 9\n", "u.toml:2: metrics.port: unknown key"},
 	} {
 		_, err := Parse("u.toml", []byte(c.doc))
 		if !errors.Is(err, ErrConfig) || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%q:\n got %v\nwant %s...", c.doc, err, c.want)
 		}
+	}
+}
+
+// TestMetricsDefaults: off, and loopback when turned on.
+func TestMetricsDefaults(t *testing.T) {
+	if m := Defaults().Metrics; m.Enabled || m.Listen != "127.0.0.1:9790" {
+		t.Errorf("default metrics %+v, want off at 127.0.0.1:9790", m)
+	}
+	c, err := Parse("u.toml", []byte("[metrics]\nenabled = true\n"))
+	if err != nil || !c.Metrics.Enabled || c.Metrics.Listen != DefaultMetricsListen {
+		t.Errorf("enabled alone: %+v, %v", c, err)
+	}
+	c, err = Parse("u.toml", []byte("[metrics]\nenabled = true\nlisten = \"[::1]:9100\"\n"))
+	if err != nil || c.Metrics.Listen != "[::1]:9100" {
+		t.Errorf("an IPv6 address: %v", err)
 	}
 }
 

@@ -19,13 +19,10 @@ func (d *Daemon) UseMetrics() *metrics.Metrics {
 }
 
 // serveMetrics binds the endpoint [metrics] configures and serves it
-// until ctx ends. A bad address or web configuration stops the daemon
-// before it starts; a failure while it serves is journalled, and the
-// leases go on without the endpoint.
+// until ctx ends. An address it cannot bind stops the daemon before it
+// starts; a failure while it serves is journalled, and the leases go on
+// without the endpoint.
 func (d *Daemon) serveMetrics(ctx context.Context, mc config.Metrics) error {
-	if err := metrics.CheckWebConfig(mc.WebConfigFile); err != nil {
-		return fmt.Errorf("metrics.web_config_file: %w", err)
-	}
 	l, err := metrics.Listen(mc.Listen)
 	if err != nil {
 		return fmt.Errorf("metrics.listen %s: %w", mc.Listen, err)
@@ -33,7 +30,7 @@ func (d *Daemon) serveMetrics(ctx context.Context, mc config.Metrics) error {
 	h := d.UseMetrics().Handler(metricsTimeout)
 	log := d.log.With(logging.Event, "metrics")
 	go func() {
-		if err := metrics.Serve(ctx, l, h, mc.WebConfigFile, log); err != nil {
+		if err := metrics.Serve(ctx, l, h, log); err != nil {
 			d.log.Error("metrics endpoint: "+err.Error()+"; leases go on without it", logging.Event, "metrics_error")
 		}
 	}()

@@ -7,8 +7,8 @@
 //
 // Every name is in Names, which the dashboard's and the alert rules'
 // tests read. The labels are the lease and the unit, never a version or
-// a token; a lease has ten series (twelve where it is held): what a
-// dashboard's row and the rules need. Rare events (a failed stop, a
+// a token; a lease has six series (eight where it is held, one more per
+// unit beyond the first): what a dashboard's row and the rules need. Rare events (a failed stop, a
 // kill, a unit's failure, garbage) are counted by node: the journal
 // names the lease.
 package metrics
@@ -104,9 +104,6 @@ var Names = []string{
 	nameRenewSeconds, nameRenewFailures, nameAcquireSecs, nameServerChanges,
 	nameRedisUp, nameRedisDurable, nameDrained, nameLeaseSpan, nameCrashBound, nameLeases, nameBuild,
 }
-
-// Roles are the values of lease_role's role label.
-var Roles = []string{"leader", "standby", "none"}
 
 // latencyBuckets span a Redis on loopback (under a millisecond) to a
 // reply_max of seconds.
@@ -265,12 +262,12 @@ func (l *Lease) Garbage() { l.m.garbage.Inc() }
 type scraped struct{ m *Metrics }
 
 var (
-	descRole       = prometheus.NewDesc(nameRole, "This node's role for the lease: leader (holds it), standby (may take it), none (withdrawn, drained, excluded, ineligible or disabled); 1 for the current role.", []string{"lease", "role"}, nil)
+	descRole       = prometheus.NewDesc(nameRole, "This node's role for the lease, always 1: leader (holds it), standby (may take it), none (drained, excluded, ineligible, disabled, or its stop failed after a loss). One series per lease, whose role label changes with the role.", []string{"lease", "role"}, nil)
 	descToken      = prometheus.NewDesc(nameToken, "The fencing token of the tenure this node holds (UNITLEASE_TOKEN); only while it holds the lease.", []string{"lease"}, nil)
 	descAge        = prometheus.NewDesc(nameAge, "Holder: time since its last successful renewal was sent. Others: how long the lease's record has been unchanged.", []string{"lease"}, nil)
 	descDeadline   = prometheus.NewDesc(nameDeadline, "Holder: time left before it must stop the units without a renewal; only while it holds the lease.", []string{"lease"}, nil)
-	descStopFailed = prometheus.NewDesc(nameStopFailed, "1 while this node could not stop the lease's units even with SIGKILL, and keeps the lease held.", []string{"lease"}, nil)
-	descDisabled   = prometheus.NewDesc(nameDisabled, "1 while an operator disabled the lease cluster-wide (unitlease disable).", []string{"lease"}, nil)
+	descStopFailed = prometheus.NewDesc(nameStopFailed, "1, only while this node could not stop the lease's units even with SIGKILL.", []string{"lease"}, nil)
+	descDisabled   = prometheus.NewDesc(nameDisabled, "1, only while an operator disabled the lease cluster-wide (unitlease disable).", []string{"lease"}, nil)
 	descUnit       = prometheus.NewDesc(nameUnit, "The units of each lease managed here; always 1.", []string{"lease", "unit"}, nil)
 	descRedisUp    = prometheus.NewDesc(nameRedisUp, "1 if Redis answered a PING within reply_max at this scrape.", nil, nil)
 	descDurable    = prometheus.NewDesc(nameRedisDurable, "1 if Redis can lose no write it acknowledged (appendonly yes, appendfsync always); read at most once a minute.", nil, nil)
@@ -293,7 +290,7 @@ func (c scraped) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	flag := func(b bool) float64 {
+	flag := func(b bool) float64 { // a node's 0 or 1
 		if b {
 			return 1
 		}
@@ -308,16 +305,20 @@ func (c scraped) Collect(ch chan<- prometheus.Metric) {
 		case l.Competing:
 			role = "standby"
 		}
-		for _, r := range Roles {
-			gauge(descRole, flag(r == role), l.Lease, r)
-		}
+		gauge(descRole, 1, l.Lease, role)
 		if l.Holding {
 			gauge(descToken, float64(l.Token), l.Lease)
 			gauge(descDeadline, l.DeadlineLeft.Seconds(), l.Lease)
 		}
 		gauge(descAge, l.Age.Seconds(), l.Lease)
-		gauge(descStopFailed, flag(l.StopFailed), l.Lease)
-		gauge(descDisabled, flag(l.Disabled), l.Lease)
+		// Flags that are rarely up are there only while they are: a
+		// thousand leases' zeros would double what a scrape costs.
+		if l.StopFailed {
+			gauge(descStopFailed, 1, l.Lease)
+		}
+		if l.Disabled {
+			gauge(descDisabled, 1, l.Lease)
+		}
 		for _, u := range l.Units {
 			gauge(descUnit, 1, l.Lease, u)
 		}

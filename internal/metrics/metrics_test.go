@@ -58,25 +58,19 @@ func newTest(t testing.TB, src *fakeSource) *Metrics {
 }
 
 // TestScrapeShowsEachLeasesRoleTokenAgeAndDeadline: the gauges read at
-// a scrape, one role of three set per lease, token and deadline only on
-// the holder.
+// a scrape: each lease's role, token and deadline only on the holder,
+// the flags only while they are up.
 func TestScrapeShowsEachLeasesRoleTokenAgeAndDeadline(t *testing.T) {
 	src := &fakeSource{leases: leases(3), up: true}
-	src.leases[2].Competing = false // withdrawn
-	src.leases[1].Disabled = true
+	src.leases[2].Competing, src.leases[2].StopFailed = false, true // lost, and its stop failed
+	src.leases[1].Disabled = true                                   // and yet competing, as the source says
 	m := newTest(t, src)
 	want := `
-# HELP unitlease_lease_role This node's role for the lease: leader (holds it), standby (may take it), none (withdrawn, drained, excluded, ineligible or disabled); 1 for the current role.
+# HELP unitlease_lease_role This node's role for the lease, always 1: leader (holds it), standby (may take it), none (drained, excluded, ineligible, disabled, or its stop failed after a loss). One series per lease, whose role label changes with the role.
 # TYPE unitlease_lease_role gauge
 unitlease_lease_role{lease="lease-0001",role="leader"} 1
-unitlease_lease_role{lease="lease-0001",role="none"} 0
-unitlease_lease_role{lease="lease-0001",role="standby"} 0
-unitlease_lease_role{lease="lease-0002",role="leader"} 0
-unitlease_lease_role{lease="lease-0002",role="none"} 0
 unitlease_lease_role{lease="lease-0002",role="standby"} 1
-unitlease_lease_role{lease="lease-0003",role="leader"} 0
 unitlease_lease_role{lease="lease-0003",role="none"} 1
-unitlease_lease_role{lease="lease-0003",role="standby"} 0
 # HELP unitlease_lease_token The fencing token of the tenure this node holds (UNITLEASE_TOKEN); only while it holds the lease.
 # TYPE unitlease_lease_token gauge
 unitlease_lease_token{lease="lease-0001"} 42
@@ -88,11 +82,12 @@ unitlease_lease_deadline_seconds{lease="lease-0001"} 23.5
 unitlease_lease_age_seconds{lease="lease-0001"} 1.5
 unitlease_lease_age_seconds{lease="lease-0002"} 2
 unitlease_lease_age_seconds{lease="lease-0003"} 2
-# HELP unitlease_lease_disabled 1 while an operator disabled the lease cluster-wide (unitlease disable).
+# HELP unitlease_lease_disabled 1, only while an operator disabled the lease cluster-wide (unitlease disable).
 # TYPE unitlease_lease_disabled gauge
-unitlease_lease_disabled{lease="lease-0001"} 0
 unitlease_lease_disabled{lease="lease-0002"} 1
-unitlease_lease_disabled{lease="lease-0003"} 0
+# HELP unitlease_lease_stop_failed 1, only while this node could not stop the lease's units even with SIGKILL.
+# TYPE unitlease_lease_stop_failed gauge
+unitlease_lease_stop_failed{lease="lease-0003"} 1
 # HELP unitlease_unit_info The units of each lease managed here; always 1.
 # TYPE unitlease_unit_info gauge
 unitlease_unit_info{lease="lease-0001",unit="lease-0001.service"} 1
@@ -100,7 +95,7 @@ unitlease_unit_info{lease="lease-0002",unit="lease-0002.service"} 1
 unitlease_unit_info{lease="lease-0003",unit="lease-0003.service"} 1
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want),
-		nameRole, nameToken, nameDeadline, nameAge, nameDisabled, nameUnit); err != nil {
+		nameRole, nameToken, nameDeadline, nameAge, nameDisabled, nameStopFailed, nameUnit); err != nil {
 		t.Error(err)
 	}
 }
@@ -255,7 +250,8 @@ func TestDurabilityIsReadOnceAMinute(t *testing.T) {
 // once, every name in Names appears in a scrape, nothing else of this
 // package does, and promlint (promtool check metrics) finds no problem.
 func TestEveryNameIsExportedAndLintClean(t *testing.T) {
-	src := &fakeSource{leases: leases(2), up: true}
+	src := &fakeSource{leases: leases(3), up: true}
+	src.leases[1].Disabled, src.leases[2].StopFailed = true, true
 	m := newTest(t, src)
 	l := m.Lease("lease-0001")
 	l.Answered(policy.Renew, policy.Event{Kind: policy.RenewOK}, time.Millisecond)

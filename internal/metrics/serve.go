@@ -10,30 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/exporter-toolkit/web"
-
-	"github.com/unitlease/unitlease/internal/securefile"
 )
 
 // Path is where the metrics are served.
 const Path = "/metrics"
-
-// CheckWebConfig reads a web configuration file (TLS and basic auth, in
-// the format of Prometheus's exporter toolkit): it must be root's and
-// readable by root only (it names the TLS key and holds the users'
-// password hashes), and valid, with the certificates it names.
-func CheckWebConfig(path string) error {
-	if path == "" {
-		return nil
-	}
-	if _, err := securefile.Read(path, true); err != nil {
-		return err
-	}
-	if err := web.Validate(path); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
 
 // Listen binds the endpoint's address, so that a bad one stops the
 // daemon before it starts.
@@ -62,10 +42,11 @@ func (m *Metrics) Handler(timeout time.Duration) http.Handler {
 	return mux
 }
 
-// Serve serves h on l until ctx ends, with TLS and basic auth as
-// webConfig (a file CheckWebConfig accepts) says, or plain HTTP without
-// one. The exporter toolkit's messages go to log.
-func Serve(ctx context.Context, l net.Listener, h http.Handler, webConfig string, log *slog.Logger) error {
+// Serve serves h on l, in plain HTTP, until ctx ends; the server's
+// messages go to log. TLS and authentication are not built in (they
+// would double the binary: see the README's Metrics section); the
+// default address is loopback.
+func Serve(ctx context.Context, l net.Listener, h http.Handler, log *slog.Logger) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -78,9 +59,8 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler, webConfig string
 		_ = srv.Shutdown(sctx)
 	})
 	defer stop()
-	noSocket := false
-	addrs := []string{l.Addr().String()}
-	err := web.Serve(l, srv, &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &noSocket, WebConfigFile: &webConfig}, log)
+	log.Info("metrics at http://" + l.Addr().String() + Path)
+	err := srv.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -4,9 +4,12 @@
 // a real Redis: its memory, its CPU once every lease is held, and the Redis
 // commands it sends, next to what the protocol needs (one renewal script
 // per lease per retry period). It boots one container with N trivial
-// annotated units, each its own lease.
+// annotated units, each its own lease. With the metrics endpoint on, it
+// measures twice: unscraped, then scraped every -scrape-every as a
+// Prometheus would, and reports what the scrapes add; the last scrape
+// goes through `promtool check metrics` when promtool is installed.
 //
-//	go run ./vm-tests/scale [-leases 1000] [-measure 30s]
+//	go run ./vm-tests/scale [-leases 1000] [-measure 30s] [-scrape-every 5s]
 package main
 
 import (
@@ -17,8 +20,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -51,17 +56,18 @@ ExecStart=/bin/sleep infinity
 
 func main() {
 	leases := flag.Int("leases", 1000, "annotated units, each its own lease")
-	measure := flag.Duration("measure", 30*time.Second, "how long to measure once every lease is held")
+	measure := flag.Duration("measure", 30*time.Second, "how long to measure once every lease is held (twice: unscraped, then scraped)")
+	every := flag.Duration("scrape-every", 5*time.Second, "the scrape interval of the second measurement")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *leases, *measure); err != nil {
+	if err := run(ctx, *leases, *measure, *every); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, leases int, measure time.Duration) error {
+func run(ctx context.Context, leases int, measure, every time.Duration) error {
 	if err := vmtests.CheckHost(); err != nil {
 		return err
 	}
@@ -89,7 +95,12 @@ func run(ctx context.Context, leases int, measure time.Duration) error {
 	}
 	defer c.Close()
 	n := c.Node(0)
-	if err := install(ctx, n, bin, service, redis.Addr(), leases); err != nil {
+	// The node shares the host's network: the endpoint is on its loopback.
+	metricsAddr, err := freePort()
+	if err != nil {
+		return err
+	}
+	if err := install(ctx, n, bin, service, redis.Addr(), metricsAddr, leases); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -100,7 +111,17 @@ func run(ctx context.Context, leases int, measure time.Duration) error {
 		return err
 	}
 	held := time.Since(start)
-	return report(ctx, n, redis, leases, held, measure)
+	return report(ctx, n, redis, leases, held, measure, "http://"+metricsAddr+"/metrics", every)
+}
+
+// freePort is a loopback address no one listens on now.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // buildFlags adds -tags pprof when UNITLEASE_PPROF asks for profiles.
@@ -111,8 +132,8 @@ func buildFlags() []string {
 	return nil
 }
 
-func install(ctx context.Context, n *vmtests.Node, bin string, service []byte, redisAddr string, leases int) error {
-	conf := fmt.Sprintf("node = %q\n[redis]\nurl = \"redis://%s/0\"\npool_size = 32\n%s", n.Name, redisAddr, timing)
+func install(ctx context.Context, n *vmtests.Node, bin string, service []byte, redisAddr, metricsAddr string, leases int) error {
+	conf := fmt.Sprintf("node = %q\n[redis]\nurl = \"redis://%s/0\"\npool_size = 32\n[metrics]\nenabled = true\nlisten = %q\n%s", n.Name, redisAddr, metricsAddr, timing)
 	if err := n.CopyIn(ctx, bin, "/usr/bin/unitlease", 0o755); err != nil {
 		return err
 	}
@@ -187,53 +208,152 @@ func take(ctx context.Context, n *vmtests.Node, redis *redistest.Server) (sample
 	return s, nil
 }
 
-func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, leases int, held, measure time.Duration) error {
+// window is one measurement: the daemon's CPU over it, its RSS sampled
+// every 5 s (or at each scrape), the Redis commands sent.
+type window struct {
+	cpu      float64 // % of a core
+	rss      []int64 // kB, sorted
+	secs     float64
+	commands map[string]int64 // per second
+}
+
+func (w window) rssMedian() float64 { return float64(w.rss[len(w.rss)/2]) / 1024 }
+func (w window) rssMax() float64    { return float64(w.rss[len(w.rss)-1]) / 1024 }
+
+// measureWindow measures for d, calling scrape (if not nil) every
+// interval, and sampling RSS after each.
+func measureWindow(ctx context.Context, n *vmtests.Node, redis *redistest.Server, d, interval time.Duration, scrape func() error) (window, error) {
 	a, err := take(ctx, n, redis)
+	if err != nil {
+		return window{}, err
+	}
+	var w window
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		time.Sleep(min(interval, time.Until(end)))
+		if scrape != nil {
+			if err := scrape(); err != nil {
+				return w, err
+			}
+		}
+		if s, err := take(ctx, n, redis); err == nil {
+			w.rss = append(w.rss, s.rss)
+		}
+	}
+	b, err := take(ctx, n, redis)
+	if err != nil {
+		return w, err
+	}
+	w.rss = append(w.rss, b.rss)
+	slices.Sort(w.rss)
+	w.secs = b.at.Sub(a.at).Seconds()
+	w.cpu = 100 * (b.cpu - a.cpu).Seconds() / w.secs
+	w.commands = map[string]int64{}
+	for name, calls := range b.commands {
+		if d := calls - a.commands[name]; d != 0 {
+			w.commands[name] = d
+		}
+	}
+	return w, nil
+}
+
+// scraper fetches the endpoint as Prometheus does (gzip), keeping the last
+// body.
+type scraper struct {
+	url    string
+	last   []byte
+	count  int
+	series int
+}
+
+func (s *scraper) scrape() error {
+	req, err := http.NewRequest(http.MethodGet, s.url, nil)
 	if err != nil {
 		return err
 	}
-	cursor, _, _ := n.Run(ctx, "sh", "-c", "journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
-	profiled := profile(measure)
-	// RSS moves with the garbage collector's cycle: sample it every 5 s.
-	var rss []int64
-	for end := time.Now().Add(measure); time.Now().Before(end); {
-		time.Sleep(min(5*time.Second, time.Until(end)))
-		if s, err := take(ctx, n, redis); err == nil {
-			rss = append(rss, s.rss)
+	req.Header.Set("Accept", "text/plain;version=0.0.4;q=0.9,*/*;q=0.1")
+	resp, err := http.DefaultClient.Do(req) // asks for gzip and inflates it
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", s.url, resp.Status, body)
+	}
+	s.last, s.count = body, s.count+1
+	s.series = 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if line != "" && !strings.HasPrefix(line, "#") {
+			s.series++
 		}
+	}
+	return nil
+}
+
+// promtoolCheck runs `promtool check metrics` on a scrape, if promtool is
+// installed.
+func promtoolCheck(ctx context.Context, scrape []byte) string {
+	if _, err := exec.LookPath("promtool"); err != nil {
+		return "not run (no promtool)"
+	}
+	cmd := exec.CommandContext(ctx, "promtool", "check", "metrics")
+	cmd.Stdin = strings.NewReader(string(scrape))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("FAILED: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return "no problems"
+}
+
+func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, leases int, held, measure time.Duration, metricsURL string, every time.Duration) error {
+	cursor, _, _ := n.Run(ctx, "sh", "-c", "journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
+	// The profiles (UNITLEASE_PPROF) cover the unscraped measurement, or
+	// the scraped one with UNITLEASE_PPROF_SCRAPED set.
+	profileScraped := os.Getenv("UNITLEASE_PPROF_SCRAPED") != ""
+	profiled := profile(measure, !profileScraped)
+	// RSS moves with the garbage collector's cycle: sample it every 5 s.
+	quiet, err := measureWindow(ctx, n, redis, measure, 5*time.Second, nil)
+	if err != nil {
+		return err
 	}
 	if err := <-profiled; err != nil {
 		return err
 	}
-	b, err := take(ctx, n, redis)
+	profiled = profile(measure, profileScraped)
+	sc := &scraper{url: metricsURL}
+	scraped, err := measureWindow(ctx, n, redis, measure, every, sc.scrape)
 	if err != nil {
 		return err
 	}
-	rss = append(rss, b.rss)
-	slices.Sort(rss)
+	if err := <-profiled; err != nil {
+		return err
+	}
+	check := promtoolCheck(ctx, sc.last)
 	events, notes := countEvents(ctx, n, strings.TrimSpace(cursor))
 	all, startup := countEvents(ctx, n, "")
-	secs := b.at.Sub(a.at).Seconds()
-	cpu := 100 * (b.cpu - a.cpu).Seconds() / secs
 	var total int64
 	var parts []string
-	for name, calls := range b.commands {
-		d := calls - a.commands[name]
-		if d == 0 {
-			continue
-		}
+	for _, name := range slices.Sorted(maps.Keys(quiet.commands)) {
+		d := quiet.commands[name]
 		total += d
-		parts = append(parts, fmt.Sprintf("%s %.1f/s", name, float64(d)/secs))
+		parts = append(parts, fmt.Sprintf("%s %.1f/s", name, float64(d)/quiet.secs))
 	}
 	need := float64(leases) / 5
 	fmt.Printf("one daemon, %d leases, retry 5s, against redis-server on loopback (appendfsync always)\n", leases)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "all %d units active after\t%v\n", leases, held.Round(time.Second))
-	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples)\n",
-		float64(rss[len(rss)/2])/1024, float64(rss[len(rss)-1])/1024, len(rss))
-	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, cpu)
-	fmt.Fprintf(tw, "Redis commands\t%.1f/s (%s)\n", float64(total)/secs, strings.Join(parts, ", "))
+	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples)\n", quiet.rssMedian(), quiet.rssMax(), len(quiet.rss))
+	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, quiet.cpu)
+	fmt.Fprintf(tw, "Redis commands\t%.1f/s (%s)\n", float64(total)/quiet.secs, strings.Join(parts, ", "))
 	fmt.Fprintf(tw, "protocol's need: one renewal script per lease per retry\t%.1f/s\n", need)
+	fmt.Fprintf(tw, "scraped every %v (over %v, %d scrapes of %d series, %.0f kB)\tRSS median %.1f MB, max %.1f MB; CPU %.2f%% of a core\n",
+		every, measure, sc.count, sc.series, float64(len(sc.last))/1024, scraped.rssMedian(), scraped.rssMax(), scraped.cpu)
+	fmt.Fprintf(tw, "what the scrapes add\tRSS median %+.1f MB, max %+.1f MB; CPU %+.2f%% of a core\n",
+		scraped.rssMedian()-quiet.rssMedian(), scraped.rssMax()-quiet.rssMax(), scraped.cpu-quiet.cpu)
+	fmt.Fprintf(tw, "promtool check metrics on the last scrape\t%s\n", check)
 	fmt.Fprintf(tw, "journal events while measuring\t%s\n", events)
 	fmt.Fprintf(tw, "journal events since the daemon started\t%s\n", all)
 	if err := tw.Flush(); err != nil {
@@ -245,16 +365,19 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 	for _, m := range startup {
 		fmt.Println("  since start:", m)
 	}
+	if strings.HasPrefix(check, "FAILED") {
+		return fmt.Errorf("promtool check metrics: %s", check)
+	}
 	return nil
 }
 
 // profile fetches a CPU profile over the measurement, then a heap
 // profile, into UNITLEASE_PPROF_DIR (default /tmp), when UNITLEASE_PPROF
 // names the daemon's profiling address.
-func profile(measure time.Duration) <-chan error {
+func profile(measure time.Duration, now bool) <-chan error {
 	done := make(chan error, 1)
 	addr := os.Getenv("UNITLEASE_PPROF")
-	if addr == "" {
+	if addr == "" || !now {
 		done <- nil
 		return done
 	}
