@@ -98,7 +98,6 @@ func TestMetricsEndpointInABootedNode(t *testing.T) {
 	promtoolCheck(t, scrapeMetrics(t, addr[standby]))
 	for series, want := range map[string]float64{
 		`unitlease_lease_role{lease="demo",role="leader"}`:      1,
-		`unitlease_lease_role{lease="demo",role="standby"}`:     0,
 		`unitlease_unit_info{lease="demo",unit="demo.service"}`: 1,
 		`unitlease_acquisitions_total{lease="demo"}`:            1,
 		`unitlease_redis_up`:                                    1,
