@@ -94,6 +94,13 @@ func TestMetricsEndpointInABootedNode(t *testing.T) {
 		}
 	}
 	lead := scrapeMetrics(t, addr[leader])
+	var ours []string
+	for _, line := range strings.Split(lead, "\n") {
+		if strings.HasPrefix(line, "unitlease_") {
+			ours = append(ours, line)
+		}
+	}
+	t.Logf("the leader's scrape, unitlease_ series:\n%s", strings.Join(ours, "\n"))
 	promtoolCheck(t, lead)
 	promtoolCheck(t, scrapeMetrics(t, addr[standby]))
 	for series, want := range map[string]float64{

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,26 +48,27 @@ var resumes atomic.Uint64
 func Resumed() { resumes.Add(1) }
 
 // cachedOffset reuses a reading of read for OffsetReuse, and never
-// across a Resumed.
+// across a Resumed. Readers take the last reading without a lock: at a
+// thousand leases the clock is read in bursts on the renew grid, and a
+// mutex here was contended. Two readers that find it stale at once both
+// read; either reading serves.
 func cachedOffset(read func() (Offset, error)) func() (Offset, error) {
-	var (
-		mu   sync.Mutex
-		last Offset
-		at   time.Time // when last was read; zero: none
-		gen  uint64
-	)
+	type reading struct {
+		o   Offset
+		at  time.Time // when o was read
+		gen uint64    // resumes when o was read
+	}
+	var last atomic.Pointer[reading]
 	return func() (Offset, error) {
-		mu.Lock()
-		defer mu.Unlock()
 		g := resumes.Load()
-		if !at.IsZero() && g == gen && time.Since(at) < OffsetReuse {
-			return last, nil
+		if r := last.Load(); r != nil && r.gen == g && time.Since(r.at) < OffsetReuse {
+			return r.o, nil
 		}
 		o, err := read()
 		if err != nil {
 			return o, err
 		}
-		last, at, gen = o, time.Now(), g
+		last.Store(&reading{o: o, at: time.Now(), gen: g})
 		return o, nil
 	}
 }

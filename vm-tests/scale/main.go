@@ -181,19 +181,20 @@ func waitAllActive(ctx context.Context, n *vmtests.Node, leases int, limit time.
 type sample struct {
 	cpu      time.Duration // the daemon's user + system time
 	rss      int64         // kB
+	anon     int64         // kB of it that is the process's own memory (RssAnon), not the binary's pages (RssFile)
 	commands map[string]int64
 	at       time.Time
 }
 
 func take(ctx context.Context, n *vmtests.Node, redis *redistest.Server) (sample, error) {
 	s := sample{at: time.Now(), commands: map[string]int64{}}
-	out, _, err := n.Run(ctx, "sh", "-c", `pid=$(systemctl show -P MainPID unitlease.service); cut -d' ' -f14,15 /proc/$pid/stat; grep VmRSS /proc/$pid/status`)
+	out, _, err := n.Run(ctx, "sh", "-c", `pid=$(systemctl show -P MainPID unitlease.service); cut -d' ' -f14,15 /proc/$pid/stat; grep -E '^(VmRSS|RssAnon)' /proc/$pid/status`)
 	if err != nil {
 		return s, err
 	}
 	var utime, stime int64
-	var rssLabel string
-	if _, err := fmt.Sscanf(out, "%d %d\n%s %d", &utime, &stime, &rssLabel, &s.rss); err != nil {
+	var rssLabel, anonLabel string
+	if _, err := fmt.Sscanf(out, "%d %d\n%s %d kB\n%s %d", &utime, &stime, &rssLabel, &s.rss, &anonLabel, &s.anon); err != nil {
 		return s, fmt.Errorf("reading /proc: %v: %q", err, out)
 	}
 	s.cpu = time.Duration(utime+stime) * time.Second / 100 // USER_HZ
@@ -213,12 +214,14 @@ func take(ctx context.Context, n *vmtests.Node, redis *redistest.Server) (sample
 type window struct {
 	cpu      float64 // % of a core
 	rss      []int64 // kB, sorted
+	anon     []int64 // kB, sorted
 	secs     float64
 	commands map[string]int64 // per second
 }
 
-func (w window) rssMedian() float64 { return float64(w.rss[len(w.rss)/2]) / 1024 }
-func (w window) rssMax() float64    { return float64(w.rss[len(w.rss)-1]) / 1024 }
+func (w window) rssMedian() float64  { return float64(w.rss[len(w.rss)/2]) / 1024 }
+func (w window) rssMax() float64     { return float64(w.rss[len(w.rss)-1]) / 1024 }
+func (w window) anonMedian() float64 { return float64(w.anon[len(w.anon)/2]) / 1024 }
 
 // measureWindow measures for d, calling scrape (if not nil) every
 // interval, and sampling RSS after each.
@@ -236,15 +239,16 @@ func measureWindow(ctx context.Context, n *vmtests.Node, redis *redistest.Server
 			}
 		}
 		if s, err := take(ctx, n, redis); err == nil {
-			w.rss = append(w.rss, s.rss)
+			w.rss, w.anon = append(w.rss, s.rss), append(w.anon, s.anon)
 		}
 	}
 	b, err := take(ctx, n, redis)
 	if err != nil {
 		return w, err
 	}
-	w.rss = append(w.rss, b.rss)
+	w.rss, w.anon = append(w.rss, b.rss), append(w.anon, b.anon)
 	slices.Sort(w.rss)
+	slices.Sort(w.anon)
 	w.secs = b.at.Sub(a.at).Seconds()
 	w.cpu = 100 * (b.cpu - a.cpu).Seconds() / w.secs
 	w.commands = map[string]int64{}
@@ -345,7 +349,7 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 	fmt.Printf("one daemon, %d leases, retry 5s, against redis-server on loopback (appendfsync always)\n", leases)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "all %d units active after\t%v\n", leases, held.Round(time.Second))
-	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples)\n", quiet.rssMedian(), quiet.rssMax(), len(quiet.rss))
+	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples); median %.1f MB of it its own (RssAnon), the rest the binary's pages\n", quiet.rssMedian(), quiet.rssMax(), len(quiet.rss), quiet.anonMedian())
 	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, quiet.cpu)
 	fmt.Fprintf(tw, "Redis commands\t%.1f/s (%s)\n", float64(total)/quiet.secs, strings.Join(parts, ", "))
 	fmt.Fprintf(tw, "protocol's need: one renewal script per lease per retry\t%.1f/s\n", need)
