@@ -27,7 +27,7 @@ func (d *Daemon) serveMetrics(ctx context.Context, mc config.Metrics) error {
 	if err != nil {
 		return fmt.Errorf("metrics.listen %s: %w", mc.Listen, err)
 	}
-	h := d.UseMetrics().Handler(metricsTimeout)
+	h := d.UseMetrics().Handler(scrapeTimeout(d.cfg.Timing.ReplyMax))
 	log := d.log.With(logging.Event, "metrics")
 	go func() {
 		if err := metrics.Serve(ctx, l, h, log); err != nil {
@@ -37,9 +37,12 @@ func (d *Daemon) serveMetrics(ctx context.Context, mc config.Metrics) error {
 	return nil
 }
 
-// metricsTimeout bounds a scrape: the leases' states are in memory, and
-// Redis's two answers come within reply_max each.
-const metricsTimeout = 10 * time.Second
+// scrapeTimeout bounds a scrape: the leases' states are in memory, and
+// Redis's answers to its two probes, asked at once, come within
+// reply_max; 10 s at least, Prometheus's default scrape timeout.
+func scrapeTimeout(replyMax time.Duration) time.Duration {
+	return max(10*time.Second, replyMax+2*time.Second)
+}
 
 // metricsSource is what a scrape reads of the daemon.
 type metricsSource struct{ d *Daemon }

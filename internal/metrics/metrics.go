@@ -323,9 +323,17 @@ func (c scraped) Collect(ch chan<- prometheus.Metric) {
 			gauge(descUnit, 1, l.Lease, u)
 		}
 	}
-	ctx := context.Background() // the store bounds each request by reply_max
-	gauge(descRedisUp, flag(m.src.RedisUp(ctx)))
-	gauge(descDurable, flag(m.redisDurable(ctx)))
+	// At once: each waits at most reply_max (the store bounds its
+	// requests), so a Redis that does not answer costs a scrape reply_max,
+	// not twice that.
+	ctx := context.Background()
+	var up, durable bool
+	var wg sync.WaitGroup
+	wg.Go(func() { up = m.src.RedisUp(ctx) })
+	wg.Go(func() { durable = m.redisDurable(ctx) })
+	wg.Wait()
+	gauge(descRedisUp, flag(up))
+	gauge(descDurable, flag(durable))
 	gauge(descDrained, flag(m.src.Drained()))
 	gauge(descLeaseSpan, m.opt.LeaseSpan.Seconds())
 	gauge(descCrashBound, m.opt.CrashBound.Seconds())

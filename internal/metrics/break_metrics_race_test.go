@@ -1,0 +1,67 @@
+package metrics
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/unitlease/unitlease/policy"
+)
+
+// TestBreakMetricsMeterCallsForgetAndScrapesAtOnce: leases' meters count
+// (answers from two servers, journal events, garbage) while leases are
+// forgotten and made anew and the registry is gathered: nothing races
+// (-race), no gather fails, and a meter kept by a supervisor that ended
+// after its Forget counts nothing into the series of the lease made anew
+// under the same name.
+func TestBreakMetricsMeterCallsForgetAndScrapesAtOnce(t *testing.T) {
+	src := &fakeSource{leases: leases(3), up: true}
+	m := newTest(t, src)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := range 4 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l := m.Lease("lease-0001")
+				l.Answered(policy.Renew, policy.Event{Kind: policy.RenewOK, Record: policy.Record{Server: []string{"a:1", "b:2"}[(n+i)%2]}}, time.Millisecond)
+				l.Answered(policy.Renew, policy.Event{Kind: policy.RenewFailed}, time.Second)
+				l.Journaled(policy.JournalAcquired, policy.CauseNone)
+				l.Journaled(policy.JournalReleased, policy.CauseHandoff)
+				l.Garbage()
+				if n%7 == 0 {
+					m.Forget("lease-0001")
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 200 {
+			if _, err := m.Registry().Gather(); err != nil {
+				t.Errorf("gather: %v", err)
+				return
+			}
+		}
+		close(stop)
+	})
+	wg.Wait()
+	m.Lease("lease-0001") // whatever the last Forget removed
+
+	old := m.Lease("lease-0002")
+	m.Forget("lease-0002")
+	fresh := m.Lease("lease-0002")
+	old.Journaled(policy.JournalAcquired, policy.CauseNone) // the ended supervisor's last word
+	fresh.Journaled(policy.JournalAcquired, policy.CauseNone)
+	if got := testutil.ToFloat64(m.acquisitions.WithLabelValues("lease-0002")); got != 1 {
+		t.Errorf("acquisitions of the lease made anew: %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.acquisitions); n != 2 {
+		t.Errorf("%d acquisition series, want 2 (lease-0001 and the lease-0002 made anew)", n)
+	}
+}
