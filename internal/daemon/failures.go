@@ -245,8 +245,14 @@ func (d *Daemon) redisable(ctx context.Context) bool {
 // (as the last read of the markers says): an acquisition answered just
 // before the disable was read is stopped at the next round.
 func (d *Daemon) stopDisabled(ctx context.Context) {
-	for _, s := range d.supervisors() {
-		if s.Holding() && d.isDisabled(s.Lease) {
+	d.fmu.Lock()
+	none := len(d.disabled) == 0
+	d.fmu.Unlock()
+	if none { // the common case, every round: no sort of a thousand leases
+		return
+	}
+	for _, r := range d.running() {
+		if s := r.sup; s.Holding() && d.isDisabled(s.Lease) {
 			s.Disable(ctx)
 		}
 	}

@@ -50,9 +50,10 @@ type metricsSource struct{ d *Daemon }
 func (s metricsSource) Leases() []metrics.LeaseView {
 	d := s.d
 	now := d.clock()
-	sups := d.supervisors()
-	views := make([]metrics.LeaseView, 0, len(sups))
-	for _, sup := range sups {
+	rs := d.running() // in no order: the registry sorts what it serves
+	views := make([]metrics.LeaseView, 0, len(rs))
+	for _, r := range rs {
+		sup := r.sup
 		st := sup.Status()
 		since := max(0, now.Sub(st.At)) // the status is as of its step
 		disabled := d.isDisabled(sup.Lease)
