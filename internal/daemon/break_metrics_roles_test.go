@@ -16,7 +16,7 @@ import (
 // token and a deadline only for a leader. It returns each lease's role.
 func bmScrape(t *testing.T, d *Daemon) (roles map[string]string, counters map[string]float64) {
 	t.Helper()
-	mfs, err := d.metrics.Registry().Gather()
+	mfs, err := d.metrics.Gatherer().Gather()
 	if err != nil {
 		t.Errorf("gather: %v", err)
 		return nil, nil

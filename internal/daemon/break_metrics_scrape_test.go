@@ -59,7 +59,7 @@ func TestBreakMetricsScrapeOfAnUnreachableRedisFitsItsTimeout(t *testing.T) {
 		store := bmUnreachable{newMemStore(), tm.ReplyMax}
 		sd := newFakeSystemd(map[string]string{"db.service": "db"})
 		d := New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(&syncBuffer{}, slog.LevelInfo), store, sd, unitctl.Config{}, func(string) {})
-		h := d.UseMetrics().Handler(scrapeTimeout(tm.ReplyMax))
+		h := d.UseMetrics().Handler()
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, metrics.Path, nil))
 		body := rec.Body.String()

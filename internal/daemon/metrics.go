@@ -27,10 +27,10 @@ func (d *Daemon) serveMetrics(ctx context.Context, mc config.Metrics) error {
 	if err != nil {
 		return fmt.Errorf("metrics.listen %s: %w", mc.Listen, err)
 	}
-	h := d.UseMetrics().Handler(scrapeTimeout(d.cfg.Timing.ReplyMax))
+	h := d.UseMetrics().Handler()
 	log := d.log.With(logging.Event, "metrics")
 	go func() {
-		if err := metrics.Serve(ctx, l, h, log); err != nil {
+		if err := metrics.Serve(ctx, l, h, scrapeTimeout(d.cfg.Timing.ReplyMax), log); err != nil {
 			d.log.Error("metrics endpoint: "+err.Error()+"; leases go on without it", logging.Event, "metrics_error")
 		}
 	}()

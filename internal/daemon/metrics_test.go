@@ -15,7 +15,7 @@ import (
 // scrapeText gathers the daemon's registry in the text format.
 func scrapeText(t *testing.T, d *Daemon) string {
 	t.Helper()
-	mfs, err := d.metrics.Registry().Gather()
+	mfs, err := d.metrics.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

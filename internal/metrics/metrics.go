@@ -17,6 +17,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,14 +116,15 @@ type Metrics struct {
 	src Source
 	opt Options
 
-	// By lease: what a dashboard's row and the ping-pong rule need.
-	acquisitions, losses, handoffs *prometheus.CounterVec
 	// By node: rare events the journal names the lease of.
 	stopFailures, kills, unitFailures, garbage, renewFailures, serverChanges prometheus.Counter
 	renewSeconds, acquireSeconds                                             prometheus.Histogram
 
 	smu    sync.Mutex
 	server string // the identity of the Redis server that answered last; guarded by smu
+
+	lmu    sync.Mutex
+	leases map[string]*Lease // the meters of the leases managed; guarded by lmu
 
 	dmu       sync.Mutex
 	durable   bool      // guarded by dmu
@@ -137,17 +139,11 @@ func New(src Source, opt Options) *Metrics {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	byLease := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"lease"})
-	}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(), src: src, opt: opt,
-		acquisitions:  byLease(nameAcquisitions, "Acquisitions of the lease by this node."),
-		losses:        byLease(nameLosses, "Tenures of the lease this node lost: held elsewhere or the key missing (lost), or no renewal within renew_deadline (renew_failed); the journal says which."),
-		handoffs:      byLease(nameHandoffs, "Planned handoffs of the lease (handoff, drain, failback, shutdown) this node completed: stopped, confirmed inactive, released."),
+		reg: prometheus.NewRegistry(), src: src, opt: opt, leases: map[string]*Lease{},
 		stopFailures:  counter(nameStopFailures, "Tries to stop a lease's units that failed even after SIGKILL, each journalled as stop_failed; lease_stop_failed is 1 while it lasts."),
 		kills:         counter(nameKills, "Stops that needed SIGKILL inside stop_wait."),
 		unitFailures:  counter(nameUnitFailures, "Failures of a lease's units while this node held it, or of their start."),
@@ -159,32 +155,36 @@ func New(src Source, opt Options) *Metrics {
 		acquireSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: nameAcquireSecs,
 			Help: "Time from sending an acquisition to its answer, won or lost.", Buckets: latencyBuckets}),
 	}
-	m.reg.MustRegister(m.acquisitions, m.losses, m.handoffs,
-		m.stopFailures, m.kills, m.unitFailures, m.garbage, m.renewFailures, m.serverChanges,
+	m.reg.MustRegister(m.stopFailures, m.kills, m.unitFailures, m.garbage, m.renewFailures, m.serverChanges,
 		m.renewSeconds, m.acquireSeconds, scraped{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// Registry is what the endpoint serves.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+// Gatherer is what the endpoint serves: the registry's families and the
+// leases' (leases.go).
+func (m *Metrics) Gatherer() prometheus.Gatherer { return gatherer{m} }
 
-// Lease returns the meter of a lease's supervisor; its counters exist,
-// at zero, from now on, so that a rule's increase sees the first event.
+// Lease returns the meter of a lease's supervisor (the one it has, if it
+// has one); its counters exist, at zero, from now on, so that a rule's
+// increase sees the first event.
 func (m *Metrics) Lease(name string) *Lease {
-	l := &Lease{m: m, name: name,
-		acquired: m.acquisitions.WithLabelValues(name), lost: m.losses.WithLabelValues(name),
-		handedOff: m.handoffs.WithLabelValues(name),
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	if l, ok := m.leases[name]; ok {
+		return l
 	}
+	l := &Lease{m: m, name: name}
+	m.leases[name] = l
 	return l
 }
 
-// Forget removes a lease that is no longer managed: its labels do not
-// outlive it.
+// Forget removes a lease that is no longer managed: its series do not
+// outlive it. A meter still held counts on, into nothing served.
 func (m *Metrics) Forget(name string) {
-	for _, v := range []*prometheus.CounterVec{m.acquisitions, m.losses, m.handoffs} {
-		v.DeleteLabelValues(name)
-	}
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	delete(m.leases, name)
 }
 
 // answeredBy counts a change of the server that answers.
@@ -216,7 +216,7 @@ type Lease struct {
 	m    *Metrics
 	name string
 
-	acquired, lost, handedOff prometheus.Counter
+	acquired, lost, handedOff atomic.Uint64
 }
 
 // Answered implements supervisor.Meter.
@@ -239,10 +239,10 @@ func (l *Lease) Answered(a policy.ActionKind, ev policy.Event, took time.Duratio
 func (l *Lease) Journaled(j policy.Journal, c policy.Cause) {
 	switch j {
 	case policy.JournalAcquired:
-		l.acquired.Inc()
+		l.acquired.Add(1)
 	case policy.JournalReleased:
 		if c == policy.CauseHandoff {
-			l.handedOff.Inc()
+			l.handedOff.Add(1)
 		}
 	case policy.JournalStopFailed:
 		l.m.stopFailures.Inc()
@@ -251,7 +251,7 @@ func (l *Lease) Journaled(j policy.Journal, c policy.Cause) {
 	case policy.JournalUnitFailed:
 		l.m.unitFailures.Inc()
 	case policy.JournalRenewFailed, policy.JournalLost:
-		l.lost.Inc()
+		l.lost.Add(1)
 	}
 }
 
@@ -262,25 +262,16 @@ func (l *Lease) Garbage() { l.m.garbage.Inc() }
 type scraped struct{ m *Metrics }
 
 var (
-	descRole       = prometheus.NewDesc(nameRole, "This node's role for the lease, always 1: leader (holds it), standby (may take it), none (drained, excluded, ineligible, disabled, or its stop failed after a loss). One series per lease, whose role label changes with the role.", []string{"lease", "role"}, nil)
-	descToken      = prometheus.NewDesc(nameToken, "The fencing token of the tenure this node holds (UNITLEASE_TOKEN); only while it holds the lease.", []string{"lease"}, nil)
-	descAge        = prometheus.NewDesc(nameAge, "Holder: time since its last successful renewal was sent. Others: how long the lease's record has been unchanged.", []string{"lease"}, nil)
-	descDeadline   = prometheus.NewDesc(nameDeadline, "Holder: time left before it must stop the units without a renewal; only while it holds the lease.", []string{"lease"}, nil)
-	descStopFailed = prometheus.NewDesc(nameStopFailed, "1, only while this node could not stop the lease's units even with SIGKILL.", []string{"lease"}, nil)
-	descDisabled   = prometheus.NewDesc(nameDisabled, "1, only while an operator disabled the lease cluster-wide (unitlease disable).", []string{"lease"}, nil)
-	descUnit       = prometheus.NewDesc(nameUnit, "The units of each lease managed here; always 1.", []string{"lease", "unit"}, nil)
 	descRedisUp    = prometheus.NewDesc(nameRedisUp, "1 if Redis answered a PING within reply_max at this scrape.", nil, nil)
 	descDurable    = prometheus.NewDesc(nameRedisDurable, "1 if Redis can lose no write it acknowledged (appendonly yes, appendfsync always); read at most once a minute.", nil, nil)
 	descDrained    = prometheus.NewDesc(nameDrained, "1 while the node is drained (unitlease drain).", nil, nil)
 	descLeaseSpan  = prometheus.NewDesc(nameLeaseSpan, "The lease span in force on this node.", nil, nil)
 	descCrashBound = prometheus.NewDesc(nameCrashBound, "The longest a crash of a holder leaves a lease without one (lease span + 2 x poll_max + 4 x reply_max), before the unit's start.", nil, nil)
-	descLeases     = prometheus.NewDesc(nameLeases, "The leases this node manages.", nil, nil)
 	descBuild      = prometheus.NewDesc(nameBuild, "The daemon's version and Go version; always 1.", []string{"version", "goversion"}, nil)
 )
 
 func (scraped) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRole, descToken, descAge, descDeadline, descStopFailed, descDisabled, descUnit,
-		descRedisUp, descDurable, descDrained, descLeaseSpan, descCrashBound, descLeases, descBuild} {
+	for _, d := range []*prometheus.Desc{descRedisUp, descDurable, descDrained, descLeaseSpan, descCrashBound, descBuild} {
 		ch <- d
 	}
 }
@@ -296,33 +287,6 @@ func (c scraped) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
-	leases := m.src.Leases()
-	for _, l := range leases {
-		role := "none"
-		switch {
-		case l.Holding:
-			role = "leader"
-		case l.Competing:
-			role = "standby"
-		}
-		gauge(descRole, 1, l.Lease, role)
-		if l.Holding {
-			gauge(descToken, float64(l.Token), l.Lease)
-			gauge(descDeadline, l.DeadlineLeft.Seconds(), l.Lease)
-		}
-		gauge(descAge, l.Age.Seconds(), l.Lease)
-		// Flags that are rarely up are there only while they are: a
-		// thousand leases' zeros would double what a scrape costs.
-		if l.StopFailed {
-			gauge(descStopFailed, 1, l.Lease)
-		}
-		if l.Disabled {
-			gauge(descDisabled, 1, l.Lease)
-		}
-		for _, u := range l.Units {
-			gauge(descUnit, 1, l.Lease, u)
-		}
-	}
 	// At once: each waits at most reply_max (the store bounds its
 	// requests), so a Redis that does not answer costs a scrape reply_max,
 	// not twice that.
@@ -337,6 +301,5 @@ func (c scraped) Collect(ch chan<- prometheus.Metric) {
 	gauge(descDrained, flag(m.src.Drained()))
 	gauge(descLeaseSpan, m.opt.LeaseSpan.Seconds())
 	gauge(descCrashBound, m.opt.CrashBound.Seconds())
-	gauge(descLeases, float64(len(leases)))
 	gauge(descBuild, 1, m.opt.Version, runtime.Version())
 }

@@ -94,7 +94,7 @@ unitlease_unit_info{lease="lease-0001",unit="lease-0001.service"} 1
 unitlease_unit_info{lease="lease-0002",unit="lease-0002.service"} 1
 unitlease_unit_info{lease="lease-0003",unit="lease-0003.service"} 1
 `
-	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want),
+	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want),
 		nameRole, nameToken, nameDeadline, nameAge, nameDisabled, nameStopFailed, nameUnit); err != nil {
 		t.Error(err)
 	}
@@ -122,12 +122,12 @@ func TestJournalEventsCountByLease(t *testing.T) {
 		got  float64
 		want float64
 	}{
-		{"acquisitions of a", testutil.ToFloat64(m.acquisitions.WithLabelValues("a")), 2},
-		{"acquisitions of b", testutil.ToFloat64(m.acquisitions.WithLabelValues("b")), 0},
-		{"handoffs of a", testutil.ToFloat64(m.handoffs.WithLabelValues("a")), 1},
-		{"handoffs of b", testutil.ToFloat64(m.handoffs.WithLabelValues("b")), 0},
-		{"losses of b (lost, missing, renew_failed)", testutil.ToFloat64(m.losses.WithLabelValues("b")), 3},
-		{"losses of a", testutil.ToFloat64(m.losses.WithLabelValues("a")), 0},
+		{"acquisitions of a", float64(a.acquired.Load()), 2},
+		{"acquisitions of b", float64(b.acquired.Load()), 0},
+		{"handoffs of a", float64(a.handedOff.Load()), 1},
+		{"handoffs of b", float64(b.handedOff.Load()), 0},
+		{"losses of b (lost, missing, renew_failed)", float64(b.lost.Load()), 3},
+		{"losses of a", float64(a.lost.Load()), 0},
 		{"kills", testutil.ToFloat64(m.kills), 1},
 		{"stop failures", testutil.ToFloat64(m.stopFailures), 1},
 		{"unit failures", testutil.ToFloat64(m.unitFailures), 1},
@@ -181,7 +181,7 @@ unitlease_renewal_failures_total 1
 # TYPE unitlease_redis_server_changes_total counter
 unitlease_redis_server_changes_total 2
 `
-	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), nameRenewSeconds, nameRenewFailures, nameServerChanges); err != nil {
+	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want), nameRenewSeconds, nameRenewFailures, nameServerChanges); err != nil {
 		t.Error(err)
 	}
 	if got := testutil.CollectAndCount(m.acquireSeconds); got != 1 {
@@ -194,7 +194,7 @@ unitlease_redis_server_changes_total 2
 
 func histCount(t *testing.T, m *Metrics, name string) uint64 {
 	t.Helper()
-	mfs, err := m.Registry().Gather()
+	mfs, err := m.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,9 +210,15 @@ func histCount(t *testing.T, m *Metrics, name string) uint64 {
 // TestForgetRemovesTheLeasesSeries: a lease no longer managed leaves no
 // counter behind; the others keep theirs.
 func TestForgetRemovesTheLeasesSeries(t *testing.T) {
-	m := newTest(t, &fakeSource{})
+	src := &fakeSource{leases: []LeaseView{{Lease: "a", Competing: true}, {Lease: "b", Competing: true}}}
+	m := newTest(t, src)
 	m.Lease("a").Journaled(policy.JournalAcquired, policy.CauseNone)
 	m.Lease("b")
+	if out := scrape(t, m); !strings.Contains(out, `unitlease_acquisitions_total{lease="a"} 1`) {
+		t.Fatalf("lease a's acquisition is not counted:\n%s", grep(out, "acquisitions"))
+	}
+	// The daemon ends the supervisor and forgets its meter at once.
+	src.leases = src.leases[1:]
 	m.Forget("a")
 	out := scrape(t, m)
 	if strings.Contains(out, `lease="a"`) {
@@ -256,7 +262,7 @@ func TestEveryNameIsExportedAndLintClean(t *testing.T) {
 	l := m.Lease("lease-0001")
 	l.Answered(policy.Renew, policy.Event{Kind: policy.RenewOK}, time.Millisecond)
 	l.Answered(policy.Acquire, policy.Event{Kind: policy.AcquireOK}, time.Millisecond)
-	mfs, err := m.Registry().Gather()
+	mfs, err := m.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +291,7 @@ func TestEveryNameIsExportedAndLintClean(t *testing.T) {
 // / points there, anything else is 404.
 func TestHandlerServesTheTextFormat(t *testing.T) {
 	m := newTest(t, &fakeSource{leases: leases(1), up: true})
-	srv := httptest.NewServer(m.Handler(time.Minute))
+	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	for path, want := range map[string]int{"/metrics": 200, "/": 200, "/other": 404} {
 		resp, err := http.Get(srv.URL + path)
@@ -314,7 +320,7 @@ func TestHandlerServesTheTextFormat(t *testing.T) {
 
 func scrape(t testing.TB, m *Metrics) string {
 	t.Helper()
-	mfs, err := m.Registry().Gather()
+	mfs, err := m.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,9 +343,19 @@ func grep(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// BenchmarkScrape is one scrape of a daemon of 1,000 leases, each with
-// its counters: gathered and written in the text format, as the
-// endpoint does for a Prometheus that asks for it.
+// discard is a ResponseWriter that keeps only the count of bytes.
+type discard struct {
+	h http.Header
+	n int
+}
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(p []byte) (int, error) { d.n += len(p); return len(p), nil }
+func (d *discard) WriteHeader(int)             {}
+
+// BenchmarkScrape is the daemon's side of one scrape of 1,000 (5,000)
+// leases, each with its meter: gathered and written in the text format
+// by the endpoint's handler, as a Prometheus asks for it.
 func BenchmarkScrape(b *testing.B) {
 	for _, n := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
@@ -348,18 +364,16 @@ func BenchmarkScrape(b *testing.B) {
 			for _, l := range src.leases {
 				m.Lease(l.Lease)
 			}
-			srv := httptest.NewServer(m.Handler(time.Minute))
-			defer srv.Close()
+			h := m.Handler()
+			req := httptest.NewRequest(http.MethodGet, Path, nil)
+			req.Header.Set("Accept", "text/plain;version=0.0.4;q=0.9,*/*;q=0.1")
+			req.Header.Set("Accept-Encoding", "gzip")
 			b.ReportAllocs()
-			var size int64
+			var size int
 			for b.Loop() {
-				resp, err := http.Get(srv.URL + "/metrics")
-				if err != nil {
-					b.Fatal(err)
-				}
-				var buf bytes.Buffer
-				size, _ = buf.ReadFrom(resp.Body)
-				resp.Body.Close()
+				w := &discard{h: http.Header{}}
+				h.ServeHTTP(w, req)
+				size = w.n
 			}
 			b.ReportMetric(float64(size), "bytes/scrape")
 		})
