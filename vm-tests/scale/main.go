@@ -9,7 +9,7 @@
 // Prometheus would, and reports what the scrapes add; the last scrape
 // goes through `promtool check metrics` when promtool is installed.
 //
-//	go run ./vm-tests/scale [-leases 1000] [-measure 30s] [-scrape-every 5s]
+//	go run ./vm-tests/scale [-leases 1000] [-measure 1m] [-scrape-every 5s]
 package main
 
 import (
@@ -56,7 +56,7 @@ ExecStart=/bin/sleep infinity
 
 func main() {
 	leases := flag.Int("leases", 1000, "annotated units, each its own lease")
-	measure := flag.Duration("measure", 30*time.Second, "how long to measure once every lease is held (twice: unscraped, then scraped)")
+	measure := flag.Duration("measure", time.Minute, "how long to measure once every lease is held (twice: unscraped, then scraped)")
 	every := flag.Duration("scrape-every", 5*time.Second, "the scrape interval of the second measurement")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
