@@ -77,8 +77,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	d := New(cfg, log, store, sd, opts.Unitctl, notify(log))
 	d.stateDir = cmp.Or(opts.StateDir, StateDir)
 	d.loadDrained()
+	// The endpoint outlives ctx as the watchdog does: a SIGTERM hands the
+	// leases off, and a stop that fails keeps its lease held for as long
+	// as systemd lets the daemon wait; a scrape must still show it.
+	mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMetrics()
 	if cfg.Metrics.Enabled {
-		if err := d.serveMetrics(ctx, cfg.Metrics); err != nil {
+		if err := d.serveMetrics(mctx, cfg.Metrics); err != nil {
 			return fmt.Errorf("%w: not starting: %w", ErrSetup, err)
 		}
 	}
