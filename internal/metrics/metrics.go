@@ -281,12 +281,6 @@ func (c scraped) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	flag := func(b bool) float64 { // a node's 0 or 1
-		if b {
-			return 1
-		}
-		return 0
-	}
 	// At once: each waits at most reply_max (the store bounds its
 	// requests), so a Redis that does not answer costs a scrape reply_max,
 	// not twice that.
@@ -296,9 +290,9 @@ func (c scraped) Collect(ch chan<- prometheus.Metric) {
 	wg.Go(func() { up = m.src.RedisUp(ctx) })
 	wg.Go(func() { durable = m.redisDurable(ctx) })
 	wg.Wait()
-	gauge(descRedisUp, flag(up))
-	gauge(descDurable, flag(durable))
-	gauge(descDrained, flag(m.src.Drained()))
+	gauge(descRedisUp, float64(b2i(up)))
+	gauge(descDurable, float64(b2i(durable)))
+	gauge(descDrained, float64(b2i(m.src.Drained())))
 	gauge(descLeaseSpan, m.opt.LeaseSpan.Seconds())
 	gauge(descCrashBound, m.opt.CrashBound.Seconds())
 	gauge(descBuild, 1, m.opt.Version, runtime.Version())
