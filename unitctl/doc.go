@@ -12,9 +12,11 @@
 //     survived its final SIGKILL, and then Stop sends SIGKILL to the whole
 //     cgroup again until it is empty. SIGKILL goes to the whole cgroup
 //     KillMargin before stopWait runs out. Any error means the stop is not
-//     confirmed; when stopWait runs out the error wraps ErrStopFailed (and
-//     lists the processes left). The caller must then not release the
-//     lease.
+//     confirmed; the error wraps ErrStopFailed once stopWait has run out and
+//     a listing of the cgroup after a SIGKILL systemd answered still shows
+//     processes (it lists them). A systemd slow to answer is asked again
+//     for as long as ctx lasts: a busy systemd is never a failed stop. The
+//     caller must not release the lease on any error.
 //   - Start returns nil only once the unit is active and the start job is
 //     done; a failed start is a *JobError with the job result, the state and
 //     the service's Result=.

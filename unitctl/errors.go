@@ -7,11 +7,11 @@ import (
 )
 
 var (
-	// ErrStopFailed means stop_wait ran out before the unit was confirmed
-	// stopped (inactive or failed, with no job queued and no process left
-	// in its cgroup): the SIGKILL did not end it, or systemd could not be
-	// reached to send it or to confirm. The caller must not release the
-	// lease.
+	// ErrStopFailed means stop_wait ran out and the unit is not stopped:
+	// after a SIGKILL systemd answered, a listing of its cgroup still
+	// shows processes (or systemd refused the stop outright). A systemd
+	// slow to answer is waited for, never taken for a failed stop. The
+	// caller must not release the lease.
 	ErrStopFailed = errors.New("unitctl: unit did not stop even after SIGKILL")
 
 	// ErrStartFailed means the start job did not leave the unit active.

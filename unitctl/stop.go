@@ -20,13 +20,20 @@ import (
 // survived its final SIGKILL (a task in uninterruptible sleep); so once
 // the unit is stopped, Stop lists what is left in its cgroup
 // (GetUnitProcesses), sends SIGKILL to the whole cgroup while anything is,
-// and confirms only an empty cgroup. If stopWait runs out without
-// confirmation it returns a *JobError wrapping ErrStopFailed (with the
-// processes left, if any). Any error means the stop is not confirmed and
-// the caller must not release the lease; if ctx ends first the error wraps
-// ctx's error. A stop job queued by someone else that replaces ours is
-// answered with a new stop job. Lost connections and systemd re-executing
-// are retried within stopWait, never reported as a stop.
+// and confirms only an empty cgroup.
+//
+// A failed stop is one systemd says so of: once stopWait has passed and
+// the SIGKILL was delivered, a listing of the unit's cgroup still shows
+// processes. Stop then returns a *JobError wrapping ErrStopFailed with the
+// processes left. A systemd that is slow to answer (busy with thousands of
+// jobs, or its bus hung) is no such answer: a read or a kill it does not
+// answer in time is asked again, for as long as ctx lasts, and a unit it
+// reports not yet stopped whose cgroup is empty is waited for. Any error
+// means the stop is not confirmed and the caller must not release the
+// lease; if ctx ends first the error wraps ctx's error. A stop job queued
+// by someone else that replaces ours is answered with a new stop job. Lost
+// connections and systemd re-executing are retried, never reported as a
+// stop.
 //
 // A function set on ctx with OnQueued is called once systemd has the stop:
 // the stop job is queued, or the unit was found stopped.
@@ -34,18 +41,18 @@ func (s *Systemd) Stop(ctx context.Context, unit string, stopWait time.Duration)
 	s.setIntent(unit, intentStopped)
 	w := s.watchers.add(unit)
 	defer s.watchers.remove(w)
-	wctx, cancel := context.WithTimeout(ctx, stopWait)
-	defer cancel()
-	st := &stopping{s: s, unit: unit, w: w, killAt: time.Now().Add(stopWait - KillMargin(stopWait))}
+	begun := time.Now()
+	st := &stopping{s: s, unit: unit, w: w, stopWait: stopWait,
+		killAt: begun.Add(stopWait - KillMargin(stopWait)), failAt: begun.Add(stopWait)}
 	// Already stopped with nothing queued and nothing left in its cgroup
 	// (the common case when a daemon starts and stops every unit it does
 	// not hold): no job to wait for. The intent is set and the watcher
 	// added first, so a start that slips in afterwards is seen.
-	if st.stoppedAlready(wctx) {
+	if st.stoppedAlready(ctx) {
 		queuedFrom(ctx)()
 		return nil
 	}
-	err := st.run(wctx)
+	err := st.run(ctx)
 	if err == nil {
 		return nil
 	}
@@ -75,24 +82,37 @@ type stopping struct {
 	s         *Systemd
 	unit      string
 	w         *watcher
+	stopWait  time.Duration
 	job       chan string // result of the queued stop job; nil once it arrived
 	jobResult string
 	state     UnitState
 	killAt    time.Time
-	killed    bool
-	left      []UnitProcess // processes last seen in the cgroup of the stopped unit
-	recheck   time.Duration // the delay before the cgroup is listed again
+	failAt    time.Time     // stopWait after Stop began: from then on a cgroup with processes is a failed stop
+	killed    bool          // SIGKILL was sent
+	delivered bool          // systemd answered a SIGKILL
+	due       bool          // failAt has passed
+	slow      bool          // a call systemd did not answer in time was logged
+	left      []UnitProcess // processes last seen in the unit's cgroup
+	leftSeen  bool          // processes left in the stopped unit were logged
+	// leftCounts: the last listing, begun once due and delivered, showed
+	// processes: a failed stop.
+	leftCounts bool
+	recheck    time.Duration // the delay before the cgroup is listed again
 }
 
 func (st *stopping) run(ctx context.Context) error {
 	if err := st.issue(ctx); err != nil {
-		if stopped, ferr := st.issueFailed(ctx, err); !stopped {
+		if stopped, ferr := st.issueFailed(ctx, err); !stopped && ferr != nil {
 			return ferr
 		}
 	}
-	queuedFrom(ctx)()
+	if st.job != nil || st.state.Stopped() && st.state.JobID == 0 {
+		queuedFrom(ctx)()
+	}
 	kill := time.NewTimer(time.Until(st.killAt))
 	defer kill.Stop()
+	fail := time.NewTimer(time.Until(st.failAt))
+	defer fail.Stop()
 	poll := st.s.ticker()
 	defer poll.Stop()
 	var recheck <-chan time.Time // armed while processes are left in the stopped unit
@@ -108,13 +128,14 @@ func (st *stopping) run(ctx context.Context) error {
 			if empty {
 				return nil
 			}
+			if st.failed() {
+				return errProcessesLeft
+			}
 			recheck = st.nextRecheck()
 		} else {
-			st.left, st.recheck, recheck = nil, 0, nil
-			if st.job == nil { // our job ended, yet the unit runs or a start is queued
-				if err := st.issue(ctx); err != nil {
-					return err
-				}
+			st.recheck, recheck, st.leftSeen = 0, nil, false
+			if err := st.notStopped(ctx); err != nil {
+				return err
 			}
 		}
 		select {
@@ -129,41 +150,119 @@ func (st *stopping) run(ctx context.Context) error {
 		case <-recheck:
 		case <-kill.C:
 			st.kill(ctx)
+		case <-fail.C:
+			st.due = true
 		}
 	}
+}
+
+// notStopped acts on a unit systemd does not report stopped: a stop job
+// is queued when ours ended (or systemd did not take it in time), a
+// SIGKILL it did not answer is sent again, and once stopWait has passed
+// the cgroup is listed: processes left after a delivered SIGKILL are a
+// failed stop; an empty cgroup is a systemd that has not caught up, and
+// is waited for.
+func (st *stopping) notStopped(ctx context.Context) error {
+	if st.job == nil { // our job ended, or was never taken, yet the unit runs or a start is queued
+		if err := st.issue(ctx); err != nil {
+			if _, ferr := st.issueFailed(ctx, err); ferr != nil {
+				return ferr
+			}
+		} else {
+			queuedFrom(ctx)()
+		}
+	}
+	if st.killed && !st.delivered {
+		st.kill(ctx)
+	}
+	if !st.due {
+		return nil
+	}
+	if _, err := st.processes(ctx); err != nil {
+		return err
+	}
+	if st.failed() {
+		return errProcessesLeft
+	}
+	return nil
+}
+
+// errProcessesLeft is the cause of a failed stop that systemd answered.
+var errProcessesLeft = errors.New("processes left in its cgroup after SIGKILL, stop_wait over")
+
+// failed reports a failed stop: stopWait has passed, systemd answered the
+// SIGKILL, and the last listing of the cgroup, made after both, shows
+// processes.
+func (st *stopping) failed() bool {
+	return st.leftCounts
+}
+
+// unanswered logs, once per stop, that systemd did not answer a call in
+// time: the stop goes on, and is not a failed one.
+func (st *stopping) unanswered(what string) {
+	if st.slow {
+		return
+	}
+	st.slow = true
+	st.s.opts.Logf("unitctl: stopping %s: systemd has not answered %s within %v; asking again (a busy systemd is not a failed stop)", st.unit, what, st.stopWait)
 }
 
 // emptied lists the processes left in the cgroup of the stopped unit. If
 // there are any, systemd has given up on them (its stop, final SIGKILL
 // included, is over), so emptied sends SIGKILL to the whole cgroup
-// itself; the caller lists again shortly. Before the kill time the read
-// gives up at the kill time, as refresh's does.
+// itself; the caller lists again shortly.
 func (st *stopping) emptied(ctx context.Context) (bool, error) {
-	rctx := ctx
-	if !st.killed {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithDeadline(ctx, st.killAt)
-		defer cancel()
-	}
-	left, err := st.s.unitProcesses(rctx, st.unit)
-	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		return false, ctx.Err()
-	case rctx.Err() != nil:
-		return false, nil // kill time: the loop kills, then reads again
-	default:
+	left, err := st.processes(ctx)
+	if err != nil || left == nil {
 		return false, err
 	}
 	if len(left) == 0 {
 		return true, nil
 	}
-	if len(st.left) == 0 {
+	if !st.leftSeen {
+		st.leftSeen = true
 		st.s.opts.Logf("unitctl: %s is %s with %d process(es) left in its cgroup: %v; sending SIGKILL", st.unit, st.state, len(left), left)
 	}
-	st.left = left
 	st.kill(ctx)
 	return false, nil
+}
+
+// processes lists the unit's cgroup: nil if systemd did not answer in
+// time (the loop asks again), else the processes, none as an empty slice.
+// A listing begun once stopWait has passed and systemd answered a SIGKILL
+// is the one a failed stop is told by (failed).
+func (st *stopping) processes(ctx context.Context) ([]UnitProcess, error) {
+	counts := st.due && st.delivered
+	rctx, cancel := st.callCtx(ctx)
+	defer cancel()
+	left, err := st.s.unitProcesses(rctx, st.unit)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case rctx.Err() != nil:
+		if st.killed {
+			st.unanswered("the list of its processes")
+		}
+		return nil, nil // before the kill: kill time, the loop kills, then reads again
+	default:
+		return nil, err
+	}
+	if left == nil {
+		left = []UnitProcess{}
+	}
+	st.left, st.leftCounts = left, counts && len(left) > 0
+	return left, nil
+}
+
+// callCtx bounds one call to systemd: before the SIGKILL it gives up at
+// the kill time, so that a hung systemd does not delay the kill; after it,
+// a call not answered within stopWait is asked again.
+func (st *stopping) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !st.killed {
+		return context.WithDeadline(ctx, st.killAt)
+	}
+	return context.WithTimeout(ctx, st.stopWait)
 }
 
 // nextRecheck is when to list the cgroup again after a kill of what was
@@ -178,23 +277,38 @@ func (st *stopping) nextRecheck() <-chan time.Time {
 // blocks every signal of the connection until a result is taken.
 func (st *stopping) issue(ctx context.Context) error {
 	job := make(chan string, 1)
-	err := st.s.with(ctx, func(c *sd.Conn) error {
-		_, err := c.StopUnitContext(ctx, st.unit, "replace", job)
+	rctx, cancel := st.callCtx(ctx)
+	defer cancel()
+	err := st.s.with(rctx, func(c *sd.Conn) error {
+		_, err := c.StopUnitContext(rctx, st.unit, "replace", job)
 		return err
 	})
 	if err == nil {
 		st.job = job
 	}
+	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+		return errUnanswered
+	}
 	return err
 }
 
-// issueFailed decides after systemd refused the stop job: a unit it does
+// errUnanswered is a call systemd did not answer in time: not an answer.
+var errUnanswered = errors.New("unitctl: systemd did not answer in time")
+
+// issueFailed decides after systemd did not take the stop job. A call it
+// did not answer in time is asked again later (no error). A unit it does
 // not know (or cannot load) is stopped all the same, and the loop then
 // confirms that its cgroup is empty. It returns whether the unit is
-// stopped, and otherwise the error to return.
+// stopped, and otherwise the error to return, if any.
 func (st *stopping) issueFailed(ctx context.Context, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, err
+	}
+	if errors.Is(err, errUnanswered) {
+		if st.killed {
+			st.unanswered("the stop job")
+		}
+		return false, nil
 	}
 	if rerr := st.refresh(ctx); rerr != nil {
 		return false, errors.Join(err, rerr)
@@ -205,17 +319,12 @@ func (st *stopping) issueFailed(ctx context.Context, err error) (bool, error) {
 	return false, err
 }
 
-// refresh re-reads the state. Before the kill, the read gives up at the
-// kill time, so that a hung systemd does not delay the SIGKILL; the loop
-// then sends it. After the kill, a change of state that is not yet
-// stopped gets another SIGKILL.
+// refresh re-reads the state (see callCtx for how long it waits). After
+// the kill, a change of state that is not yet stopped gets another
+// SIGKILL.
 func (st *stopping) refresh(ctx context.Context) error {
-	rctx := ctx
-	if !st.killed {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithDeadline(ctx, st.killAt)
-		defer cancel()
-	}
+	rctx, cancel := st.callCtx(ctx)
+	defer cancel()
 	prev := st.state
 	state, err := st.s.state(rctx, st.unit)
 	switch {
@@ -224,7 +333,10 @@ func (st *stopping) refresh(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case rctx.Err() != nil:
-		return nil // kill time: the loop kills, then reads again
+		if st.killed {
+			st.unanswered("a read of its state")
+		}
+		return nil // before the kill: kill time, the loop kills, then reads again
 	default:
 		return err
 	}
@@ -235,13 +347,23 @@ func (st *stopping) refresh(ctx context.Context) error {
 }
 
 // kill sends SIGKILL to every process of the unit's cgroup. An error (no
-// process left, for one) is not a result: the state decides.
+// process left, for one) is not a result: the state decides. A kill
+// systemd does not answer within stopWait is sent again (notStopped).
 func (st *stopping) kill(ctx context.Context) {
 	st.killed = true
-	err := st.s.with(ctx, func(c *sd.Conn) error {
-		return c.KillUnitWithTarget(ctx, st.unit, sd.All, st.s.killSignal)
+	rctx, cancel := context.WithTimeout(ctx, st.stopWait)
+	defer cancel()
+	err := st.s.with(rctx, func(c *sd.Conn) error {
+		return c.KillUnitWithTarget(rctx, st.unit, sd.All, st.s.killSignal)
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		st.delivered = true
+	case ctx.Err() != nil:
+	case rctx.Err() != nil:
+		st.unanswered("the SIGKILL")
+	default:
+		st.delivered = true // an answer: systemd had nothing to kill, say
 		st.s.opts.Logf("unitctl: SIGKILL to %s: %v", st.unit, err)
 	}
 }

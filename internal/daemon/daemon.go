@@ -135,6 +135,13 @@ type Daemon struct {
 	unitProblems []control.UnitProblem // units refused or misannotated at the last reload
 	watchers     context.CancelFunc    // the wake-up and unit watches of the current set
 
+	// phase and validated tell how far a discovery has got, for the
+	// STATUS= of a start that reports READY before its first one ends.
+	phase     atomic.Pointer[string]
+	starting  atomic.Bool  // the first discovery is in progress
+	validated atomic.Int64 // units validated by the discovery in progress
+	toCheck   atomic.Int64 // units it validates
+
 	lastStatus  string // the last STATUS= sent by the watchdog loop
 	lastOverdue bool   // the watchdog's last tick found a loop overdue
 	settling    bool   // it changed since the last FreeOSMemory
@@ -175,27 +182,41 @@ func (d *Daemon) supervisors() []*supervisor.Supervisor {
 	return ss
 }
 
-// summary is the STATUS= line: "leader: vpn.service; standby: db.service".
+// summary is the STATUS= line: "leader: vpn.service; standby: db.service",
+// or, past SummaryUnits units, the count of each role's units: "leader:
+// 2000 units; standby: 3000 units" (systemctl status shows the line; it
+// is no list of thousands).
 func (d *Daemon) summary() string {
 	byRole := map[string][]string{}
 	var roles []string
-	for _, s := range d.supervisors() {
-		role := s.Status().Role
+	total := 0
+	for _, s := range d.running() {
+		role := s.sup.Status().Role
 		if _, ok := byRole[role]; !ok {
 			roles = append(roles, role)
 		}
-		byRole[role] = append(byRole[role], s.Units...)
+		byRole[role] = append(byRole[role], s.sup.Units...)
+		total += len(s.sup.Units)
 	}
 	slices.Sort(roles)
 	var parts []string
 	for _, role := range roles {
-		parts = append(parts, role+": "+strings.Join(byRole[role], ", "))
+		units := byRole[role]
+		if total > SummaryUnits {
+			parts = append(parts, fmt.Sprintf("%s: %d units", role, len(units)))
+			continue
+		}
+		slices.Sort(units)
+		parts = append(parts, role+": "+strings.Join(units, ", "))
 	}
 	if len(parts) == 0 {
 		return "no annotated units"
 	}
 	return strings.Join(parts, "; ")
 }
+
+// SummaryUnits is how many units STATUS= names one by one.
+const SummaryUnits = 20
 
 // find returns the supervisor of a lease, or of the lease a unit belongs to.
 func (d *Daemon) find(target string) *supervisor.Supervisor {

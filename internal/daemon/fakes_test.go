@@ -304,9 +304,11 @@ type fakeSystemd struct {
 	mu          sync.Mutex
 	annotated   map[string]string // unit -> lease
 	active      map[string]bool
-	stuck       map[string]bool // Stop fails
-	refused     map[string]bool // Validate refuses
-	validated   int             // Validate calls
+	stuck       map[string]bool          // Stop fails
+	slow        map[string]chan struct{} // Stop waits for the channel to close: systemd answers late
+	slowCheck   chan struct{}            // Validate waits for it to close, if set
+	refused     map[string]bool          // Validate refuses
+	validated   int                      // Validate calls
 	uninstalled []string
 	jobs        map[string]string                    // unit -> the type of its queued job
 	events      chan unitctl.Event                   // what Watch reports
@@ -338,6 +340,12 @@ func (f *fakeSystemd) Start(_ context.Context, unit string) error {
 }
 
 func (f *fakeSystemd) Stop(_ context.Context, unit string, stopWait time.Duration) error {
+	f.mu.Lock()
+	slow := f.slow[unit]
+	f.mu.Unlock()
+	if slow != nil {
+		<-slow
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stuck[unit] && f.active[unit] {
@@ -397,6 +405,12 @@ func (f *fakeSystemd) Discover(context.Context, ...string) ([]unitctl.Annotation
 }
 
 func (f *fakeSystemd) Validate(_ context.Context, unit string, _ unitctl.Config) (*unitctl.Plan, error) {
+	f.mu.Lock()
+	slow := f.slowCheck
+	f.mu.Unlock()
+	if slow != nil {
+		<-slow
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.validated++

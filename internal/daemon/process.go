@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -99,17 +100,42 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	log.Info(fmt.Sprintf("unitlease %s on node %s: lease span %v, retry %v, renew deadline %v, stop wait %v, allowance %v (watchdog %v)",
 		Version, cfg.Node, t.LeaseSpan, t.Retry, t.RenewDeadline, t.StopWait, t.Allowance, interval),
 		logging.Event, "daemon_start")
-	d.Reload(ctx)
-	d.notify("READY=1")
 	// The watchdog outlives ctx: a SIGTERM hands the leases off, and a
 	// daemon that hangs while its units still run must still be killed.
+	// It runs from before the first discovery, which at thousands of
+	// units outlasts a watchdog interval.
 	wctx, stopWatchdog := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatchdog()
 	go d.watchdog(wctx, interval)
+	d.firstReload(ctx)
 	go d.watchSuspend(ctx) // a resume wakes every lease at once
 	go d.watchSleep(ctx)   // leases are handed off before the machine sleeps
 	go d.steerLoop(ctx)    // failure thresholds, preferences, failback
 	return d.loop(ctx, sd, serveErr)
+}
+
+// ReadyWithin bounds how long the daemon takes to report READY=1: it has
+// its configuration, Redis and systemd by then, and it reports READY once
+// the first discovery has started a supervisor for every annotated lease,
+// or once ReadyWithin has passed, whichever comes first. Past that (at
+// thousands of units: validating each, writing the drop-ins, systemd's
+// reload) the discovery goes on behind a STATUS= that says so, and the
+// start timeout never grows with the number of units.
+const ReadyWithin = 5 * time.Second
+
+// firstReload is the first discovery, with READY=1 sent at its end or
+// after ReadyWithin.
+func (d *Daemon) firstReload(ctx context.Context) {
+	d.starting.Store(true)
+	defer d.starting.Store(false)
+	ready := sync.OnceFunc(func() { d.notify("READY=1") })
+	early := time.AfterFunc(ReadyWithin, func() {
+		d.notify("STATUS=starting: " + d.startProgress())
+		ready()
+	})
+	d.Reload(ctx)
+	early.Stop()
+	ready()
 }
 
 // exitFor hands every lease off and returns the error Run exits with

@@ -22,6 +22,7 @@ import (
 // unmanaged. Bad annotations and refused units are logged as config_error
 // and left unmanaged; the rest keep working.
 func (d *Daemon) Reload(ctx context.Context) {
+	d.setPhase("discovering the annotated units")
 	found, problems, unitProblems, complete := d.discover(ctx)
 	if !complete || ctx.Err() != nil {
 		// Units could not be listed (or the daemon is stopping): an empty
@@ -48,7 +49,11 @@ func (d *Daemon) Reload(ctx context.Context) {
 		d.remove(ctx, lease, managed)
 	}
 	add = d.notRemoving(add, found)
+	d.validated.Store(0)
+	d.toCheck.Store(int64(unitCount(found, add)))
+	d.setPhase(fmt.Sprintf("validating the units of %d leases", len(add)))
 	d.install(ctx, found, add)
+	d.setPhase("checking the units of the other leases")
 	changed := map[string]bool{}
 	for _, lease := range append(remove, add...) {
 		changed[lease] = true
@@ -58,6 +63,30 @@ func (d *Daemon) Reload(ctx context.Context) {
 	d.announce(ctx)
 	d.steerSoon()
 	d.notify("STATUS=" + d.summary())
+}
+
+// setPhase says what the discovery in progress does (startProgress).
+func (d *Daemon) setPhase(p string) { d.phase.Store(&p) }
+
+// startProgress is how far the discovery in progress has got.
+func (d *Daemon) startProgress() string {
+	p := d.phase.Load()
+	if p == nil {
+		return "reading the configuration"
+	}
+	if n := d.toCheck.Load(); n > 0 {
+		return fmt.Sprintf("%s (%d of %d units validated)", *p, d.validated.Load(), n)
+	}
+	return *p
+}
+
+// unitCount is the number of units of leases.
+func unitCount(groups map[string][]string, leases []string) int {
+	n := 0
+	for _, l := range leases {
+		n += len(groups[l])
+	}
+	return n
 }
 
 // notRemoving drops from add the leases that wait: a lease, or a unit of
@@ -160,6 +189,7 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 	for _, lease := range added {
 		for _, u := range groups[lease] {
 			p, err := d.sd.Validate(ctx, u, d.ucfg)
+			d.validated.Add(1)
 			if err != nil {
 				d.problem(d.configError(err, u))
 				d.unitProblem(u, lease, err)
@@ -175,6 +205,7 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 	if len(plans) == 0 {
 		return // no reload: Install of nothing would still reload, and wake this again
 	}
+	d.setPhase(fmt.Sprintf("writing the drop-ins of %d units, reloading systemd", len(plans)))
 	failed, err := d.sd.Install(ctx, plans)
 	if err != nil {
 		d.problem(d.configError(err, ""))
@@ -189,6 +220,7 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 			}
 		}
 	}
+	d.setPhase(fmt.Sprintf("starting the supervisors of %d leases", len(added)))
 	for _, lease := range added {
 		if !refused[lease] {
 			d.add(ctx, lease, groups[lease])

@@ -91,6 +91,10 @@ const SystemdTimerSlack = 250 * time.Millisecond
 // whose garbage the steady state never makes again), and whenever more
 // than freeSlack of the heap lies free.
 func (d *Daemon) updateStatus() {
+	if d.starting.Load() {
+		d.notify("STATUS=starting: " + d.startProgress())
+		return
+	}
 	status := d.summary()
 	if status != d.lastStatus {
 		d.lastStatus, d.settling = status, true

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/config"
+	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/unitctl"
+)
+
+// all is every message sent, in order.
+func (n *notes) all() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.m)
+}
+
+func (n *notes) count(s string) int {
+	c := 0
+	for _, m := range n.all() {
+		if m == s {
+			c++
+		}
+	}
+	return c
+}
+
+func readyDaemon(t *testing.T, sd *fakeSystemd) (*Daemon, *notes) {
+	t.Helper()
+	tm, err := testTiming.Resolved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &notes{}
+	return New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(&syncBuffer{}, slog.LevelInfo), newMemStore(), sd, unitctl.Config{}, n.add), n
+}
+
+// TestReadyDoesNotWaitForEveryUnit: a first discovery that takes longer
+// than ReadyWithin (thousands of units to validate) does not hold READY=1
+// back: it goes out at ReadyWithin, after a STATUS= that says how far the
+// start has got, and only once.
+func TestReadyDoesNotWaitForEveryUnit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		annotated := map[string]string{}
+		for i := range 30 {
+			annotated[fmt.Sprintf("u%02d.service", i)] = fmt.Sprintf("l%02d", i)
+		}
+		sd := newFakeSystemd(annotated)
+		slow := make(chan struct{})
+		sd.slowCheck = slow
+		d, n := readyDaemon(t, sd)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			d.firstReload(ctx)
+			close(done)
+		}()
+		time.Sleep(ReadyWithin)
+		synctest.Wait()
+		sent := n.all()
+		if n.count("READY=1") != 1 {
+			t.Fatalf("after ReadyWithin with the discovery still validating, sent %q; want READY=1 once", sent)
+		}
+		i := slices.Index(sent, "READY=1")
+		if i == 0 || !strings.HasPrefix(sent[i-1], "STATUS=starting: validating the units of 30 leases (0 of 30 units validated)") {
+			t.Fatalf("sent %q; want a STATUS= of the start's progress before READY=1", sent)
+		}
+		close(slow)
+		<-done
+		if n.count("READY=1") != 1 {
+			t.Fatalf("sent %q; want READY=1 once", n.all())
+		}
+		if st := n.all(); !strings.HasPrefix(st[len(st)-1], "STATUS=") || strings.Contains(st[len(st)-1], ".service") {
+			t.Fatalf("last sent %q, want the summary of 30 units by count", st[len(st)-1])
+		}
+	})
+}
+
+// TestReadyAfterAQuickDiscovery: a discovery quicker than ReadyWithin is
+// done when READY=1 goes out, as before: its supervisors run.
+func TestReadyAfterAQuickDiscovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sd := newFakeSystemd(map[string]string{"db.service": "db"})
+		d, n := readyDaemon(t, sd)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		d.firstReload(ctx)
+		sent := n.all()
+		if len(sent) < 2 || sent[len(sent)-1] != "READY=1" || !strings.HasPrefix(sent[len(sent)-2], "STATUS=") {
+			t.Fatalf("sent %q; want the summary, then READY=1", sent)
+		}
+		if d.find("db") == nil {
+			t.Fatal("READY=1 sent before the lease's supervisor ran")
+		}
+		time.Sleep(2 * ReadyWithin)
+		synctest.Wait()
+		if n.count("READY=1") != 1 {
+			t.Fatalf("sent %q; want READY=1 once", n.all())
+		}
+	})
+}
