@@ -9,7 +9,16 @@
 // Prometheus would, and reports what the scrapes add; the last scrape
 // goes through `promtool check metrics` when promtool is installed.
 //
-//	go run ./vm-tests/scale [-leases 1000] [-measure 1m] [-scrape-every 5s]
+// -leases takes a list of sizes; each gets a node and a Redis of its own,
+// and the run ends with a curve: for each size, how long systemd alone
+// takes to start the same units as one transaction (measured in the same
+// node before the daemon runs) next to how long the daemon takes from its
+// start until every unit is active, the floor for that (systemd's own time
+// plus one lease span and the confirm wait: a cold cluster has no record),
+// how long until the daemon reported READY=1, its RSS and CPU, the Redis
+// commands, and the stop_failed events of its start.
+//
+//	go run ./vm-tests/scale [-leases 1000[,2000,5000]] [-measure 1m] [-scrape-every 5s]
 package main
 
 import (
@@ -33,7 +42,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/unitlease/unitlease/internal/daemon"
 	"github.com/unitlease/unitlease/internal/redistest"
+	"github.com/unitlease/unitlease/policy"
 	vmtests "github.com/unitlease/unitlease/vm-tests"
 )
 
@@ -55,19 +66,28 @@ ExecStart=/bin/sleep infinity
 `
 
 func main() {
-	leases := flag.Int("leases", 1000, "annotated units, each its own lease")
+	leases := flag.String("leases", "1000", "annotated units, each its own lease; a comma-separated list measures each size and prints a curve")
 	measure := flag.Duration("measure", time.Minute, "how long to measure once every lease is held (twice: unscraped, then scraped)")
 	every := flag.Duration("scrape-every", 5*time.Second, "the scrape interval of the second measurement")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *leases, *measure, *every); err != nil {
+	var sizes []int
+	for _, f := range strings.Split(*leases, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "scale: -leases %q: %q is not a number of leases\n", *leases, f)
+			os.Exit(2)
+		}
+		sizes = append(sizes, n)
+	}
+	if err := run(ctx, sizes, *measure, *every); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, leases int, measure, every time.Duration) error {
+func run(ctx context.Context, sizes []int, measure, every time.Duration) error {
 	if err := vmtests.CheckHost(); err != nil {
 		return err
 	}
@@ -84,34 +104,120 @@ func run(ctx context.Context, leases int, measure, every time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Mkdir(filepath.Join(tmp, "redis"), 0o700); err != nil {
-		return err
+	var points []point
+	for i, leases := range sizes {
+		if i > 0 {
+			fmt.Println()
+		}
+		p, err := measureSize(ctx, filepath.Join(tmp, fmt.Sprint("redis-", leases)), bin, service, leases, measure, every)
+		if err != nil {
+			return fmt.Errorf("%d leases: %w", leases, err)
+		}
+		points = append(points, p)
 	}
-	redis := redistest.Run(filepath.Join(tmp, "redis"), redistest.Options{AppendOnly: true})
+	return curve(points)
+}
+
+// point is one size's figures, for the curve.
+type point struct {
+	leases       int
+	systemdStart time.Duration // systemd alone: one `systemctl start` of every unit
+	systemdStop  time.Duration
+	ready        time.Duration // `systemctl start unitlease.service`: until READY=1
+	held         time.Duration // from the daemon's start until every unit is active
+	rss, cpu     float64       // unscraped: median MB, % of a core
+	commands     float64       // Redis commands per second
+	stopFailed   int           // stop_failed events since the daemon started
+}
+
+// measureSize boots a node with leases units and a Redis of its own and
+// measures systemd alone, then the daemon.
+func measureSize(ctx context.Context, redisDir, bin string, service []byte, leases int, measure, every time.Duration) (point, error) {
+	p := point{leases: leases}
+	if err := os.Mkdir(redisDir, 0o700); err != nil {
+		return p, err
+	}
+	redis := redistest.Run(redisDir, redistest.Options{AppendOnly: true})
 	defer redis.Stop()
 	c, err := vmtests.NewCluster(ctx, vmtests.Options{Nodes: 1})
 	if err != nil {
-		return err
+		return p, err
 	}
 	defer c.Close()
 	n := c.Node(0)
 	// The node shares the host's network: the endpoint is on its loopback.
 	metricsAddr, err := freePort()
 	if err != nil {
-		return err
+		return p, err
 	}
 	if err := install(ctx, n, bin, service, redis.Addr(), metricsAddr, leases); err != nil {
-		return err
+		return p, err
+	}
+	if p.systemdStart, p.systemdStop, err = systemdAlone(ctx, n, leases); err != nil {
+		return p, err
 	}
 	start := time.Now()
 	if _, stderr, err := n.Run(ctx, "systemctl", "start", "unitlease.service"); err != nil {
-		return fmt.Errorf("start unitlease: %v: %s", err, stderr)
+		return p, fmt.Errorf("start unitlease: %v: %s", err, stderr)
 	}
-	if err := waitAllActive(ctx, n, leases, 5*time.Minute); err != nil {
+	p.ready = time.Since(start)
+	if err := waitAllActive(ctx, n, leases, max(5*time.Minute, time.Duration(leases)*100*time.Millisecond)); err != nil {
+		return p, err
+	}
+	p.held = time.Since(start)
+	return p, report(ctx, n, redis, &p, measure, "http://"+metricsAddr+"/metrics", every)
+}
+
+// unitNames is the shell words naming the scale units.
+const unitNames = `$(for i in $(seq -w 1 "$N"); do echo scale-$i.service; done)`
+
+// systemdAlone starts every scale unit with one `systemctl start` (one
+// transaction, no drop-ins yet: the daemon has not run) and stops them
+// with one `systemctl stop`, and times both: the floor of what any
+// manager of these units can do on this machine.
+func systemdAlone(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, err error) {
+	for _, op := range []string{"start", "stop"} {
+		t := time.Now()
+		if _, stderr, err := n.Run(ctx, "env", fmt.Sprint("N=", leases), "sh", "-c", "systemctl "+op+" "+unitNames); err != nil {
+			return 0, 0, fmt.Errorf("systemctl %s of the units: %v: %s", op, err, stderr)
+		}
+		if op == "start" {
+			start = time.Since(t)
+			if err := waitAllActive(ctx, n, leases, time.Minute); err != nil {
+				return 0, 0, err
+			}
+		} else {
+			stop = time.Since(t)
+		}
+	}
+	return start, stop, nil
+}
+
+// curve prints every size's figures side by side.
+func curve(points []point) error {
+	tm, err := benchTiming()
+	if err != nil {
 		return err
 	}
-	held := time.Since(start)
-	return report(ctx, n, redis, leases, held, measure, "http://"+metricsAddr+"/metrics", every)
+	fmt.Printf("\nthe curve (retry %v, lease span %v, confirm wait %v)\n", tm.Retry, tm.LeaseSpan, tm.ConfirmWait())
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "leases\tsystemd alone: start, stop\tfloor: + lease span + confirm\tunitlease: all active\tratio to floor\tREADY after\tRSS median\tCPU\tCPU per 1,000\tRedis commands\tstop_failed at start\t")
+	for _, p := range points {
+		floor := p.systemdStart + tm.LeaseSpan + tm.ConfirmWait()
+		fmt.Fprintf(tw, "%d\t%v, %v\t%v\t%v\t%.2f\t%v\t%.1f MB\t%.2f%%\t%.2f%%\t%.0f/s\t%d\t\n", p.leases,
+			p.systemdStart.Round(100*time.Millisecond), p.systemdStop.Round(100*time.Millisecond), floor.Round(100*time.Millisecond),
+			p.held.Round(100*time.Millisecond), p.held.Seconds()/floor.Seconds(), p.ready.Round(100*time.Millisecond),
+			p.rss, p.cpu, p.cpu*1000/float64(p.leases), p.commands, p.stopFailed)
+	}
+	return tw.Flush()
+}
+
+// benchTiming is the daemon's timing here: the config's, with the
+// allowance of packaging/unitlease.service's watchdog.
+func benchTiming() (policy.Timing, error) {
+	t := policy.Timing{Retry: 5 * time.Second, RenewDeadline: 2 * time.Second, StopWait: 2 * time.Second,
+		ReplyMax: time.Second, PollMin: time.Second, PollMax: 2 * time.Second, Allowance: daemon.KillAllowance(2*time.Second, time.Second)}
+	return t.Resolved()
 }
 
 // freePort is a loopback address no one listens on now.
@@ -312,7 +418,8 @@ func promtoolCheck(ctx context.Context, scrape []byte) string {
 	return "no problems"
 }
 
-func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, leases int, held, measure time.Duration, metricsURL string, every time.Duration) error {
+func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, p *point, measure time.Duration, metricsURL string, every time.Duration) error {
+	leases, held := p.leases, p.held
 	cursor, _, _ := n.Run(ctx, "sh", "-c", "journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
 	// The profiles (UNITLEASE_PPROF) cover the unscraped measurement, or
 	// the scraped one with UNITLEASE_PPROF_SCRAPED set.
@@ -336,8 +443,9 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 		return err
 	}
 	check := promtoolCheck(ctx, sc.last)
-	events, notes := countEvents(ctx, n, strings.TrimSpace(cursor))
-	all, startup := countEvents(ctx, n, "")
+	events, notes, _ := countEvents(ctx, n, strings.TrimSpace(cursor))
+	all, startup, counts := countEvents(ctx, n, "")
+	p.rss, p.cpu, p.stopFailed = quiet.rssMedian(), quiet.cpu, counts["stop_failed"]
 	var total int64
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(quiet.commands)) {
@@ -345,9 +453,12 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, lease
 		total += d
 		parts = append(parts, fmt.Sprintf("%s %.1f/s", name, float64(d)/quiet.secs))
 	}
+	p.commands = float64(total) / quiet.secs
 	need := float64(leases) / 5
 	fmt.Printf("one daemon, %d leases, retry 5s, against redis-server on loopback (appendfsync always)\n", leases)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "systemd alone, one transaction\tstarts the %d units in %v, stops them in %v\n", leases, p.systemdStart.Round(100*time.Millisecond), p.systemdStop.Round(100*time.Millisecond))
+	fmt.Fprintf(tw, "READY=1 after\t%v\n", p.ready.Round(100*time.Millisecond))
 	fmt.Fprintf(tw, "all %d units active after\t%v\n", leases, held.Round(time.Second))
 	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples); median %.1f MB of it its own (RssAnon), the rest the binary's pages\n", quiet.rssMedian(), quiet.rssMax(), len(quiet.rss), quiet.anonMedian())
 	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, quiet.cpu)
@@ -429,7 +540,7 @@ func fetch(url, path string) error {
 // countEvents counts the daemon's UNITLEASE_EVENT values after cursor (or
 // all of them): a steady state has none. It also returns the first two
 // messages of each kind of failure, which a steady state should not have.
-func countEvents(ctx context.Context, n *vmtests.Node, cursor string) (string, []string) {
+func countEvents(ctx context.Context, n *vmtests.Node, cursor string) (string, []string, map[string]int) {
 	args := []string{"journalctl", "--no-pager", "-u", "unitlease.service", "-o", "json", "--output-fields=UNITLEASE_EVENT,MESSAGE"}
 	if cursor != "" {
 		args = append(args, "--after-cursor", cursor)
@@ -450,11 +561,11 @@ func countEvents(ctx context.Context, n *vmtests.Node, cursor string) (string, [
 		}
 	}
 	if len(counts) == 0 {
-		return "none", notes
+		return "none", notes, counts
 	}
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
-	return strings.Join(parts, ", "), notes
+	return strings.Join(parts, ", "), notes, counts
 }
