@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 )
@@ -109,18 +110,44 @@ func (s *Systemd) Verify(ctx context.Context, p *Plan) error {
 }
 
 // verify checks every plan's drop-in against what systemd applies.
+// The reads go out ReadsInFlight at a time.
 func (s *Systemd) verify(ctx context.Context, plans []*Plan) map[string]error {
-	failed := map[string]error{}
-	for _, p := range plans {
-		st, err := s.readSettings(ctx, p.Unit)
+	errs := make([]error, len(plans))
+	Each(len(plans), ReadsInFlight, func(i int) {
+		st, err := s.readSettings(ctx, plans[i].Unit)
 		if err == nil {
-			err = p.verify(st)
+			err = plans[i].verify(st)
 		}
+		errs[i] = err
+	})
+	failed := map[string]error{}
+	for i, err := range errs {
 		if err != nil {
-			failed[p.Unit] = err
+			failed[plans[i].Unit] = err
 		}
 	}
 	return failed
+}
+
+// ReadsInFlight is how many reads of units' settings go to systemd at
+// once when many units are validated or verified: enough to keep systemd
+// busy while each answer is decoded, few enough that other calls (a stop,
+// a start) wait behind a handful, not thousands.
+const ReadsInFlight = 8
+
+// Each calls f(0) to f(n-1), at most limit at a time, and returns when
+// all have returned.
+func Each(n, limit int, f func(i int)) {
+	sem := make(chan struct{}, max(1, limit))
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
 }
 
 // Uninstall removes the drop-ins of units (written with cfg), under the

@@ -180,27 +180,47 @@ func (d *Daemon) configError(err error, unit string) string {
 	return err.Error()
 }
 
+// check is one unit's validation.
+type check struct {
+	lease, unit string
+	plan        *unitctl.Plan
+	err         error
+}
+
+// validate validates the units of leases, unitctl.ReadsInFlight at a
+// time, and returns the results in the leases' and units' order.
+func (d *Daemon) validate(ctx context.Context, groups map[string][]string, leases []string) []check {
+	var checks []check
+	for _, lease := range leases {
+		for _, u := range groups[lease] {
+			checks = append(checks, check{lease: lease, unit: u})
+		}
+	}
+	unitctl.Each(len(checks), unitctl.ReadsInFlight, func(i int) {
+		checks[i].plan, checks[i].err = d.sd.Validate(ctx, checks[i].unit, d.ucfg)
+		d.validated.Add(1)
+	})
+	return checks
+}
+
 // install validates the units of the added leases, writes their drop-ins
 // in one batch with one daemon-reload, and starts a supervisor for every
 // lease whose units all passed.
 func (d *Daemon) install(ctx context.Context, groups map[string][]string, added []string) {
 	var plans []*unitctl.Plan
 	refused := map[string]bool{}
-	for _, lease := range added {
-		for _, u := range groups[lease] {
-			p, err := d.sd.Validate(ctx, u, d.ucfg)
-			d.validated.Add(1)
-			if err != nil {
-				d.problem(d.configError(err, u))
-				d.unitProblem(u, lease, err)
-				refused[lease] = true
-				continue
-			}
-			for _, w := range p.Warnings {
-				d.log.Warn(u+": "+w, logging.Event, "unit_warning", logging.Unit, u)
-			}
-			plans = append(plans, p)
+	checks := d.validate(ctx, groups, added)
+	for _, c := range checks {
+		if c.err != nil {
+			d.problem(d.configError(c.err, c.unit))
+			d.unitProblem(c.unit, c.lease, c.err)
+			refused[c.lease] = true
+			continue
 		}
+		for _, w := range c.plan.Warnings {
+			d.log.Warn(c.unit+": "+w, logging.Event, "unit_warning", logging.Unit, c.unit)
+		}
+		plans = append(plans, c.plan)
 	}
 	if len(plans) == 0 {
 		return // no reload: Install of nothing would still reload, and wake this again
@@ -243,24 +263,25 @@ func (d *Daemon) reverify(ctx context.Context, found map[string][]string, change
 	bad := map[string]bool{}     // refused, or the drop-in is defeated
 	unknown := map[string]bool{} // could not be read: left as it is
 	leaseOf := map[string]string{}
-	for lease, units := range found {
-		if changed[lease] {
-			continue
+	var kept []string
+	for lease := range found {
+		if !changed[lease] {
+			kept = append(kept, lease)
 		}
-		for _, u := range units {
-			leaseOf[u] = lease
-			p, err := d.sd.Validate(ctx, u, d.ucfg)
-			switch {
-			case errors.Is(err, unitctl.ErrRefused):
-				d.problem(d.configError(err, u))
-				d.unitProblem(u, lease, err)
-				bad[lease] = true
-			case err != nil:
-				d.problem(d.configError(err, u))
-				unknown[lease] = true
-			default:
-				plans = append(plans, p) // its warnings were logged when it was added
-			}
+	}
+	slices.Sort(kept)
+	for _, c := range d.validate(ctx, found, kept) {
+		leaseOf[c.unit] = c.lease
+		switch {
+		case errors.Is(c.err, unitctl.ErrRefused):
+			d.problem(d.configError(c.err, c.unit))
+			d.unitProblem(c.unit, c.lease, c.err)
+			bad[c.lease] = true
+		case c.err != nil:
+			d.problem(d.configError(c.err, c.unit))
+			unknown[c.lease] = true
+		default:
+			plans = append(plans, c.plan) // its warnings were logged when it was added
 		}
 	}
 	if len(plans) > 0 {
