@@ -139,6 +139,7 @@ type Daemon struct {
 	// STATUS= of a start that reports READY before its first one ends.
 	phase     atomic.Pointer[string]
 	starting  atomic.Bool  // the first discovery is in progress
+	phases    []phaseAt    // the first discovery's, touched only by it
 	validated atomic.Int64 // units validated by the discovery in progress
 	toCheck   atomic.Int64 // units it validates
 

@@ -133,9 +133,19 @@ func (d *Daemon) firstReload(ctx context.Context) {
 		d.notify("STATUS=starting: " + d.startProgress())
 		ready()
 	})
+	begun := time.Now()
 	d.Reload(ctx)
 	early.Stop()
 	ready()
+	var took []string
+	for i, p := range d.phases {
+		end := time.Now()
+		if i+1 < len(d.phases) {
+			end = d.phases[i+1].at
+		}
+		took = append(took, fmt.Sprintf("%s %v", p.what, end.Sub(p.at).Round(time.Millisecond)))
+	}
+	d.log.Info(fmt.Sprintf("first discovery done in %v: %s", time.Since(begun).Round(time.Millisecond), strings.Join(took, "; ")))
 }
 
 // exitFor hands every lease off and returns the error Run exits with

@@ -65,8 +65,21 @@ func (d *Daemon) Reload(ctx context.Context) {
 	d.notify("STATUS=" + d.summary())
 }
 
-// setPhase says what the discovery in progress does (startProgress).
-func (d *Daemon) setPhase(p string) { d.phase.Store(&p) }
+// setPhase says what the discovery in progress does (startProgress); the
+// first discovery's phases are kept, each with when it began, for the log
+// line of the start.
+func (d *Daemon) setPhase(p string) {
+	d.phase.Store(&p)
+	if d.starting.Load() {
+		d.phases = append(d.phases, phaseAt{p, time.Now()})
+	}
+}
+
+// phaseAt is a phase of the first discovery and when it began.
+type phaseAt struct {
+	what string
+	at   time.Time
+}
 
 // startProgress is how far the discovery in progress has got.
 func (d *Daemon) startProgress() string {

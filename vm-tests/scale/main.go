@@ -459,6 +459,8 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, p *po
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "systemd alone, one transaction\tstarts the %d units in %v, stops them in %v\n", leases, p.systemdStart.Round(100*time.Millisecond), p.systemdStop.Round(100*time.Millisecond))
 	fmt.Fprintf(tw, "READY=1 after\t%v\n", p.ready.Round(100*time.Millisecond))
+	first, _, _ := n.Run(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", "unitlease.service", "-g", "^first discovery done")
+	fmt.Fprintf(tw, "the daemon's first discovery\t%s\n", strings.TrimPrefix(strings.TrimSpace(first), "first discovery done "))
 	fmt.Fprintf(tw, "all %d units active after\t%v\n", leases, held.Round(time.Second))
 	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples); median %.1f MB of it its own (RssAnon), the rest the binary's pages\n", quiet.rssMedian(), quiet.rssMax(), len(quiet.rss), quiet.anonMedian())
 	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, quiet.cpu)

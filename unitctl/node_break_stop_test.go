@@ -1,0 +1,214 @@
+package unitctl
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// slowBus is a proxy in front of the system bus that delays every byte
+// systemd (via dbus-daemon) sends back by delay: a systemd that answers
+// every call, only late. Requests reach systemd at once.
+type slowBus struct {
+	ln    net.Listener
+	delay atomic.Int64
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newSlowBus(t *testing.T) *slowBus {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bus")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &slowBus{ln: ln}
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("unix", "/run/dbus/system_bus_socket")
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go p.delayed(c, up)
+		}
+	}()
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+path)
+	return p
+}
+
+// delayed copies src to dst, each chunk delay after it was read, in order.
+func (p *slowBus) delayed(dst, src net.Conn) {
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	chunks := make(chan chunk, 1<<16)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 64<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				chunks <- chunk{buf[:n], time.Now().Add(time.Duration(p.delay.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer dst.Close()
+	for c := range chunks {
+		if d := time.Until(c.at); d > 0 {
+			tm := time.NewTimer(d) // the simulated latency, not a synchronisation
+			<-tm.C
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			return
+		}
+	}
+}
+
+// TestNodeBreakStopSlowSystemdIsConfirmed: a systemd that answers every
+// call, but each only after longer than stop_wait (busy), is no failed
+// stop, and "once it answers, Stop confirms". The unit is a plain sleep
+// that SIGTERM ends: systemd stops it as soon as the stop job's request
+// reaches it. Not parallel: it sets DBUS_SYSTEM_BUS_ADDRESS.
+func TestNodeBreakStopSlowSystemdIsConfirmed(t *testing.T) {
+	requireNode(t)
+	unit := "ul-break-slow.service"
+	installUnits(t, map[string]string{unit: "[Service]\nExecStart=/bin/sleep 86410\n"})
+	bus := newSlowBus(t)
+	var unansweredLogs atomic.Int32
+	s := dialNode(t, Options{Logf: func(f string, a ...any) {
+		msg := fmt.Sprintf(f, a...)
+		if strings.Contains(msg, "has not answered") {
+			unansweredLogs.Add(1)
+		}
+		t.Log(msg)
+	}})
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatal(err)
+	}
+	const stopWait = time.Second
+	const latency = 2 * time.Second // every answer comes 2x stop_wait late
+	bus.delay.Store(int64(latency))
+	start := time.Now()
+	err := s.Stop(ctxFor(t, 30*time.Second), unit, stopWait)
+	took := time.Since(start)
+	t.Logf("Stop after %v: %v (unit %s, %s; %d 'has not answered' logs)", took.Round(time.Millisecond), err,
+		show(t, unit, "ActiveState"), strings.Join(processesWith("/bin/sleep 86410"), ","), unansweredLogs.Load())
+	if err != nil {
+		t.Fatalf("Stop with a systemd that answers every call %v late (stop_wait %v): %v; the unit was %s long before: want nil once systemd answers",
+			latency, stopWait, err, show(t, unit, "ActiveState"))
+	}
+}
+
+// TestNodeBreakStopSecondExecStopPostIsKilled: the SIGKILL Stop sends at
+// the kill time ends the main process; systemd then runs the unit's
+// ExecStopPost= commands, each a new process. Stop's SIGKILL on the change
+// of state kills the first; the second starts without a change of
+// SubState (still stop-post) and is never sent a SIGKILL. Every process
+// here dies on SIGKILL and systemd answers at once: Stop must not report
+// a failed stop.
+func TestNodeBreakStopSecondExecStopPostIsKilled(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	unit := "ul-break-stoppost.service"
+	installUnits(t, map[string]string{unit: "[Service]\n" +
+		"ExecStart=/bin/sh -c \"trap '' TERM; exec sleep 86411\"\n" +
+		"ExecStopPost=-/bin/sleep 86412\n" +
+		"ExecStopPost=/bin/sh -c \"trap '' TERM; exec sleep 86413\"\n" +
+		"TimeoutStopSec=60\n"})
+	t.Cleanup(func() { systemctlQuiet("kill", "-s", "KILL", unit) })
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "sleep 86411 running", func() bool { return len(processesWith("sleep 86411")) == 1 })
+	start := time.Now()
+	err := s.Stop(ctxFor(t, 30*time.Second), unit, testStopWait)
+	took := time.Since(start)
+	t.Logf("Stop after %v: %v", took.Round(time.Millisecond), err)
+	if err != nil {
+		t.Fatalf("Stop of a unit all of whose processes die on SIGKILL: %v (left running: %v); want nil: the process listed was never sent a SIGKILL",
+			err, processesWith("sleep 86413"))
+	}
+	for _, m := range []string{"sleep 86411", "sleep 86412", "sleep 86413"} {
+		if left := processesWith(m); len(left) > 0 {
+			t.Errorf("Stop returned nil with %s (%v) running", m, left)
+		}
+	}
+}
+
+// TestNodeBreakStopStartAfterReexec: our stop job is queued, systemd
+// re-executes (the connection, and go-systemd's record of our job, are
+// lost; the job itself survives), then someone else's start replaces our
+// stop job. Stop promises to answer that with a new stop job. The unit
+// restarts on its own after a kill (Restart=always), as only a stop job
+// stops it for good. Not parallel: the re-exec drops every connection.
+func TestNodeBreakStopStartAfterReexec(t *testing.T) {
+	s := dialNode(t, Options{})
+	unit := "ul-break-reexec.service"
+	installUnits(t, map[string]string{unit: "[Service]\n" +
+		"ExecStart=/bin/sh -c \"trap '' TERM; exec sleep 86414\"\n" +
+		"Restart=always\nRestartSec=200ms\nTimeoutStopSec=60\n" +
+		"[Unit]\nStartLimitIntervalSec=0\n"})
+	t.Cleanup(func() { systemctlQuiet("kill", "-s", "KILL", unit) })
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "sleep 86414 running", func() bool { return len(processesWith("sleep 86414")) == 1 })
+	queued := make(chan struct{}, 8)
+	ctx := OnQueued(ctxFor(t, 40*time.Second), func() { queued <- struct{}{} })
+	const stopWait = 8 * time.Second
+	errs := make(chan error, 1)
+	start := time.Now()
+	go func() { errs <- s.Stop(ctx, unit, stopWait) }()
+	select {
+	case <-queued:
+	case err := <-errs:
+		t.Fatalf("Stop returned before its job was queued: %v", err)
+	}
+	systemctl(t, "daemon-reexec")
+	// Our stop job survives the re-exec.
+	if jobs := systemctl(t, "list-jobs", "--no-legend", unit); !strings.Contains(jobs, "stop") {
+		t.Fatalf("after the re-exec, jobs of %s: %q, want our stop", unit, jobs)
+	}
+	systemctl(t, "start", "--no-block", unit) // replaces our stop job
+	t.Logf("jobs of %s after the start: %q", unit, systemctl(t, "list-jobs", "--no-legend", unit))
+	err := <-errs
+	t.Logf("Stop after %v: %v; %s is %s, jobs %q", time.Since(start).Round(time.Millisecond), err, unit,
+		show(t, unit, "ActiveState"), systemctl(t, "list-jobs", "--no-legend", unit))
+	if err != nil {
+		t.Fatalf("Stop after a re-exec and a foreign start: %v; want a new stop job and nil", err)
+	}
+	if st := show(t, unit, "ActiveState"); st != "inactive" && st != "failed" {
+		t.Errorf("Stop returned nil with %s %s", unit, st)
+	}
+	if left := processesWith("sleep 86414"); len(left) > 0 {
+		t.Errorf("Stop returned nil with sleep 86414 (%v) running", left)
+	}
+}
