@@ -3,6 +3,7 @@ package unitctl
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
@@ -87,17 +88,18 @@ type stopping struct {
 	jobResult string
 	state     UnitState
 	killAt    time.Time
-	failAt    time.Time     // stopWait after Stop began: from then on a cgroup with processes is a failed stop
+	failAt    time.Time     // stopWait after Stop began
 	killed    bool          // SIGKILL was sent
-	delivered bool          // systemd answered a SIGKILL
 	due       bool          // failAt has passed
-	slow      bool          // a call systemd did not answer in time was logged
+	slow      atomic.Bool   // a call systemd did not answer in time was logged
 	left      []UnitProcess // processes last seen in the unit's cgroup
-	leftSeen  bool          // processes left in the stopped unit were logged
-	// leftCounts: the last listing, begun once due and delivered, showed
-	// processes: a failed stop.
-	leftCounts bool
-	recheck    time.Duration // the delay before the cgroup is listed again
+	// killedAt is, for each process listed in the cgroup, when systemd
+	// answered the first SIGKILL sent after it was listed. One still
+	// listed KillMargin after that, once stopWait has passed, is a failed
+	// stop: it survived a SIGKILL that had the time to end it.
+	killedAt map[uint32]time.Time
+	leftSeen bool          // processes left in the stopped unit were logged
+	recheck  time.Duration // the delay before the cgroup is listed again
 }
 
 func (st *stopping) run(ctx context.Context) error {
@@ -115,11 +117,12 @@ func (st *stopping) run(ctx context.Context) error {
 	defer fail.Stop()
 	poll := st.s.ticker()
 	defer poll.Stop()
-	var recheck <-chan time.Time // armed while processes are left in the stopped unit
+	var recheck <-chan time.Time // armed while processes are left to be confirmed gone
 	for {
 		if err := st.refresh(ctx); err != nil {
 			return err
 		}
+		again := false
 		if st.state.Stopped() && st.state.JobID == 0 {
 			empty, err := st.emptied(ctx)
 			if err != nil {
@@ -128,15 +131,21 @@ func (st *stopping) run(ctx context.Context) error {
 			if empty {
 				return nil
 			}
-			if st.failed() {
-				return errProcessesLeft
-			}
-			recheck = st.nextRecheck()
+			again = true
 		} else {
-			st.recheck, recheck, st.leftSeen = 0, nil, false
-			if err := st.notStopped(ctx); err != nil {
+			st.leftSeen = false
+			var err error
+			if again, err = st.notStopped(ctx); err != nil {
 				return err
 			}
+		}
+		if st.failed() {
+			return errProcessesLeft
+		}
+		if again {
+			recheck = st.nextRecheck()
+		} else {
+			st.recheck, recheck = 0, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -149,6 +158,13 @@ func (st *stopping) run(ctx context.Context) error {
 		case <-poll.C:
 		case <-recheck:
 		case <-kill.C:
+			// What runs now is listed first (from now on a call waits
+			// for systemd's answer), so that the verdict at failAt,
+			// KillMargin later, needs no further kill.
+			st.killed = true
+			if _, err := st.processes(ctx); err != nil {
+				return err
+			}
 			st.kill(ctx)
 		case <-fail.C:
 			st.due = true
@@ -157,54 +173,69 @@ func (st *stopping) run(ctx context.Context) error {
 }
 
 // notStopped acts on a unit systemd does not report stopped: a stop job
-// is queued when ours ended (or systemd did not take it in time), a
-// SIGKILL it did not answer is sent again, and once stopWait has passed
-// the cgroup is listed: processes left after a delivered SIGKILL are a
-// failed stop; an empty cgroup is a systemd that has not caught up, and
-// is waited for.
-func (st *stopping) notStopped(ctx context.Context) error {
-	if st.job == nil { // our job ended, or was never taken, yet the unit runs or a start is queued
+// is queued when none is (ours ended, systemd did not take it in time, or
+// its result was lost with a connection), and once stopWait has passed
+// the cgroup is listed, and whatever is in it that no SIGKILL was sent
+// since is sent one. again asks for another look soon (a recheck).
+func (st *stopping) notStopped(ctx context.Context) (again bool, err error) {
+	if st.job == nil || st.state.ActiveState != "" && st.state.JobType != "stop" {
 		if err := st.issue(ctx); err != nil {
 			if _, ferr := st.issueFailed(ctx, err); ferr != nil {
-				return ferr
+				return false, ferr
 			}
 		} else {
 			queuedFrom(ctx)()
 		}
 	}
-	if st.killed && !st.delivered {
+	if !st.due {
+		return false, nil
+	}
+	left, err := st.processes(ctx)
+	if err != nil || len(left) == 0 {
+		return false, err // an empty cgroup: systemd has yet to say stopped
+	}
+	if st.unkilled() {
 		st.kill(ctx)
 	}
+	return true, nil
+}
+
+// failed reports a failed stop: stopWait has passed and a process listed
+// last survived a SIGKILL systemd answered KillMargin ago or more.
+func (st *stopping) failed() bool {
 	if !st.due {
-		return nil
+		return false
 	}
-	if _, err := st.processes(ctx); err != nil {
-		return err
+	margin := KillMargin(st.stopWait)
+	for _, p := range st.left {
+		if at, ok := st.killedAt[p.PID]; ok && time.Since(at) >= margin {
+			return true
+		}
 	}
-	if st.failed() {
-		return errProcessesLeft
+	return false
+}
+
+// unkilled reports whether a process listed last was sent no SIGKILL
+// since it was first listed.
+func (st *stopping) unkilled() bool {
+	for _, p := range st.left {
+		if _, ok := st.killedAt[p.PID]; !ok {
+			return true
+		}
 	}
-	return nil
+	return false
 }
 
 // errProcessesLeft is the cause of a failed stop that systemd answered.
-var errProcessesLeft = errors.New("processes left in its cgroup after SIGKILL, stop_wait over")
-
-// failed reports a failed stop: stopWait has passed, systemd answered the
-// SIGKILL, and the last listing of the cgroup, made after both, shows
-// processes.
-func (st *stopping) failed() bool {
-	return st.leftCounts
-}
+var errProcessesLeft = errors.New("processes left in its cgroup survived SIGKILL, stop_wait over")
 
 // unanswered logs, once per stop, that systemd did not answer a call in
 // time: the stop goes on, and is not a failed one.
 func (st *stopping) unanswered(what string) {
-	if st.slow {
+	if !st.slow.CompareAndSwap(false, true) {
 		return
 	}
-	st.slow = true
-	st.s.opts.Logf("unitctl: stopping %s: systemd has not answered %s within %v; asking again (a busy systemd is not a failed stop)", st.unit, what, st.stopWait)
+	st.s.opts.Logf("unitctl: stopping %s: systemd has not answered %s within %v; still waiting (a busy systemd is not a failed stop)", st.unit, what, st.stopWait)
 }
 
 // emptied lists the processes left in the cgroup of the stopped unit. If
@@ -227,42 +258,40 @@ func (st *stopping) emptied(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// processes lists the unit's cgroup: nil if systemd did not answer in
-// time (the loop asks again), else the processes, none as an empty slice.
-// A listing begun once stopWait has passed and systemd answered a SIGKILL
-// is the one a failed stop is told by (failed).
+// processes lists the unit's cgroup: nil if systemd did not answer before
+// the kill time (the loop kills, then asks again), else the processes,
+// none as an empty slice.
 func (st *stopping) processes(ctx context.Context) ([]UnitProcess, error) {
-	counts := st.due && st.delivered
-	rctx, cancel := st.callCtx(ctx)
-	defer cancel()
+	rctx, done := st.callCtx(ctx, "the list of its processes")
+	defer done()
 	left, err := st.s.unitProcesses(rctx, st.unit)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case rctx.Err() != nil:
-		if st.killed {
-			st.unanswered("the list of its processes")
-		}
-		return nil, nil // before the kill: kill time, the loop kills, then reads again
+		return nil, nil
 	default:
 		return nil, err
 	}
 	if left == nil {
 		left = []UnitProcess{}
 	}
-	st.left, st.leftCounts = left, counts && len(left) > 0
+	st.left = left
 	return left, nil
 }
 
-// callCtx bounds one call to systemd: before the SIGKILL it gives up at
-// the kill time, so that a hung systemd does not delay the kill; after it,
-// a call not answered within stopWait is asked again.
-func (st *stopping) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+// callCtx bounds one call to systemd. Before the SIGKILL it gives up at
+// the kill time, so that a hung systemd does not delay the kill. After
+// it, the call waits for systemd's answer for as long as ctx lasts: one
+// that took longer than stopWait is logged (unanswered), and one given up
+// on would only leave its request in systemd's queue, to be asked again.
+func (st *stopping) callCtx(ctx context.Context, what string) (context.Context, func()) {
 	if !st.killed {
 		return context.WithDeadline(ctx, st.killAt)
 	}
-	return context.WithTimeout(ctx, st.stopWait)
+	t := time.AfterFunc(st.stopWait, func() { st.unanswered(what) })
+	return ctx, func() { t.Stop() }
 }
 
 // nextRecheck is when to list the cgroup again after a kill of what was
@@ -277,8 +306,8 @@ func (st *stopping) nextRecheck() <-chan time.Time {
 // blocks every signal of the connection until a result is taken.
 func (st *stopping) issue(ctx context.Context) error {
 	job := make(chan string, 1)
-	rctx, cancel := st.callCtx(ctx)
-	defer cancel()
+	rctx, done := st.callCtx(ctx, "the stop job")
+	defer done()
 	err := st.s.with(rctx, func(c *sd.Conn) error {
 		_, err := c.StopUnitContext(rctx, st.unit, "replace", job)
 		return err
@@ -292,22 +321,19 @@ func (st *stopping) issue(ctx context.Context) error {
 	return err
 }
 
-// errUnanswered is a call systemd did not answer in time: not an answer.
+// errUnanswered is a call systemd did not answer before the kill time.
 var errUnanswered = errors.New("unitctl: systemd did not answer in time")
 
 // issueFailed decides after systemd did not take the stop job. A call it
-// did not answer in time is asked again later (no error). A unit it does
-// not know (or cannot load) is stopped all the same, and the loop then
-// confirms that its cgroup is empty. It returns whether the unit is
-// stopped, and otherwise the error to return, if any.
+// did not answer before the kill time is asked again after it (no
+// error). A unit it does not know (or cannot load) is stopped all the
+// same, and the loop then confirms that its cgroup is empty. It returns
+// whether the unit is stopped, and otherwise the error to return, if any.
 func (st *stopping) issueFailed(ctx context.Context, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, err
 	}
 	if errors.Is(err, errUnanswered) {
-		if st.killed {
-			st.unanswered("the stop job")
-		}
 		return false, nil
 	}
 	if rerr := st.refresh(ctx); rerr != nil {
@@ -323,8 +349,8 @@ func (st *stopping) issueFailed(ctx context.Context, err error) (bool, error) {
 // the kill, a change of state that is not yet stopped gets another
 // SIGKILL.
 func (st *stopping) refresh(ctx context.Context) error {
-	rctx, cancel := st.callCtx(ctx)
-	defer cancel()
+	rctx, done := st.callCtx(ctx, "a read of its state")
+	defer done()
 	prev := st.state
 	state, err := st.s.state(rctx, st.unit)
 	switch {
@@ -333,10 +359,7 @@ func (st *stopping) refresh(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case rctx.Err() != nil:
-		if st.killed {
-			st.unanswered("a read of its state")
-		}
-		return nil // before the kill: kill time, the loop kills, then reads again
+		return nil // kill time: the loop kills, then reads again
 	default:
 		return err
 	}
@@ -346,25 +369,30 @@ func (st *stopping) refresh(ctx context.Context) error {
 	return nil
 }
 
-// kill sends SIGKILL to every process of the unit's cgroup. An error (no
-// process left, for one) is not a result: the state decides. A kill
-// systemd does not answer within stopWait is sent again (notStopped).
+// kill sends SIGKILL to every process of the unit's cgroup, and notes
+// when systemd answered for each process listed last. An error (no
+// process left, for one) is not a result: the state decides.
 func (st *stopping) kill(ctx context.Context) {
 	st.killed = true
-	rctx, cancel := context.WithTimeout(ctx, st.stopWait)
-	defer cancel()
+	rctx, done := st.callCtx(ctx, "the SIGKILL")
+	defer done()
 	err := st.s.with(rctx, func(c *sd.Conn) error {
 		return c.KillUnitWithTarget(rctx, st.unit, sd.All, st.s.killSignal)
 	})
-	switch {
-	case err == nil:
-		st.delivered = true
-	case ctx.Err() != nil:
-	case rctx.Err() != nil:
-		st.unanswered("the SIGKILL")
-	default:
-		st.delivered = true // an answer: systemd had nothing to kill, say
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		return
+	}
+	if err != nil {
 		st.s.opts.Logf("unitctl: SIGKILL to %s: %v", st.unit, err)
+	}
+	now := time.Now()
+	if st.killedAt == nil {
+		st.killedAt = map[uint32]time.Time{}
+	}
+	for _, p := range st.left {
+		if _, ok := st.killedAt[p.PID]; !ok {
+			st.killedAt[p.PID] = now
+		}
 	}
 }
 
