@@ -189,49 +189,31 @@ func (s *Supervisor) end() {
 // bring one early; the machine takes a Tick at any moment, but an early
 // one is dropped as the work of nothing.
 func (s *Supervisor) tick() {
-	growStack()
 	s.deliver(policy.Event{Kind: policy.Tick})
 }
 
-// growStack grows a new goroutine's stack, while it is nearly empty, to
-// what a step and its request need: the timer starts each tick on a new
-// goroutine, on a small stack, and a step (the machine and its output
-// are values of half a kilobyte each, copied through several frames)
-// outgrew it at least twice, each time copying the frames above; at a
-// thousand leases that copying was a fifth to a quarter of the daemon's
-// CPU. Grown here, the copy is of a few hundred bytes.
-//
-//go:noinline
-func growStack() {
-	var frame [stepStack]byte
-	touch(&frame[stepStack-1])
-}
-
-// touch writes to b, so that the frame that holds it is kept (and only
-// its last byte is written: the frame is not zeroed).
-//
-//go:noinline
-func touch(b *byte) { *b = 1 }
-
-// stepStack is the frame growStack asks for: with the runtime's guard
-// above it, too much for 8 KiB, so the runtime doubles the stack to 16
-// KiB at once (the frame is zeroed: the smaller, the cheaper). A step's
-// frames come to over 7 KiB where it reads the clock (step's own is 5.5
-// KiB: the machine's Step inlined, with its values), and a renewal's
-// past 8 KiB.
-const stepStack = 8 << 10
+// A tick runs on a new goroutine (the timer's), on the runtime's small
+// starting stack, and a step and its request fit in it: the machine steps
+// in place (policy.Machine.StepTo) and the output is filled in where the
+// caller keeps it, so neither half-kilobyte value is copied through the
+// frames. When a step returned both by value, its frames came to over 7
+// KiB and a renewal's past 8: each tick's goroutine had its stack grown
+// and copied, a fifth to a quarter of the daemon's CPU at a thousand
+// leases, and growing it at once on a new goroutine still cost the
+// zeroing of 8 KiB and a 16 KiB stack per tick.
 
 // deliver steps the machine with ev and carries out what it asks.
 func (s *Supervisor) deliver(ev policy.Event) {
-	if out, ok := s.step(ev); ok {
-		s.carry(out)
+	var out policy.Output
+	if s.step(ev, &out) {
+		s.carry(&out)
 	}
 }
 
 // carry carries out a step's first action on this goroutine and steps
 // with its result, and so on until a step asks for nothing; the other
 // actions of a step run on goroutines of their own.
-func (s *Supervisor) carry(out policy.Output) {
+func (s *Supervisor) carry(out *policy.Output) {
 	for out.Len() > 0 {
 		for i := 1; i < out.Len(); i++ {
 			a := out.At(i)
@@ -245,7 +227,7 @@ func (s *Supervisor) carry(out policy.Output) {
 		if !ok {
 			return
 		}
-		if out, ok = s.step(ev); !ok {
+		if !s.step(ev, out) {
 			return
 		}
 	}
@@ -254,7 +236,7 @@ func (s *Supervisor) carry(out policy.Output) {
 // step feeds one event to the machine, publishes the new state and sets
 // the timer; it reports false if the supervisor has not started or has
 // ended, or ev is a Tick that came before its time.
-func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
+func (s *Supervisor) step(ev policy.Event, out *policy.Output) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ev.Kind == policy.Nudge {
@@ -264,15 +246,15 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 	}
 	now := s.clock()
 	if !s.started || s.ended || (ev.Kind == policy.Tick && now < s.wake) {
-		return policy.Output{}, false
+		*out = policy.Output{}
+		return false
 	}
 	ev = s.lastWord(ev)
 	s.busy.Store(int64(now) + 1)
 	defer s.busy.Store(0)
 	before := s.machine.State()
-	next, out := s.machine.Step(now, ev)
-	s.machine = next
-	if out.Journal != "" || next.State() != before {
+	s.machine.StepTo(now, ev, out)
+	if out.Journal != "" || s.machine.State() != before {
 		s.journal(out.Journal, before, ev)
 	}
 	// Publish first: the guard of a start about to be issued reads it.
@@ -302,7 +284,7 @@ func (s *Supervisor) step(ev policy.Event) (policy.Output, bool) {
 	} else {
 		s.timer.Reset(max(0, out.Wake.Sub(now)))
 	}
-	return out, true
+	return true
 }
 
 // Wake re-arms the timer from the clock: to fire at once if the
@@ -529,10 +511,11 @@ func (s *Supervisor) UnitFailed(ctx context.Context) {
 func (s *Supervisor) send(ctx context.Context, ev policy.Event) {
 	taken := make(chan struct{})
 	go func() {
-		out, ok := s.step(ev)
+		var out policy.Output
+		ok := s.step(ev, &out)
 		close(taken)
 		if ok {
-			s.carry(out)
+			s.carry(&out)
 		}
 	}()
 	select {

@@ -445,6 +445,7 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, p *po
 	check := promtoolCheck(ctx, sc.last)
 	events, notes, _ := countEvents(ctx, n, strings.TrimSpace(cursor))
 	all, startup, counts := countEvents(ctx, n, "")
+	timeline := startTimeline(ctx, n)
 	p.rss, p.cpu, p.stopFailed = quiet.rssMedian(), quiet.cpu, counts["stop_failed"]
 	var total int64
 	var parts []string
@@ -462,6 +463,7 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, p *po
 	first, _, _ := n.Run(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", "unitlease.service", "-g", "^first discovery done")
 	fmt.Fprintf(tw, "the daemon's first discovery\t%s\n", strings.TrimPrefix(strings.TrimSpace(first), "first discovery done "))
 	fmt.Fprintf(tw, "all %d units active after\t%v\n", leases, held.Round(time.Second))
+	fmt.Fprintf(tw, "the start, from daemon_start\t%s\n", timeline)
 	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples); median %.1f MB of it its own (RssAnon), the rest the binary's pages\n", quiet.rssMedian(), quiet.rssMax(), len(quiet.rss), quiet.anonMedian())
 	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, quiet.cpu)
 	fmt.Fprintf(tw, "Redis commands\t%.1f/s (%s)\n", float64(total)/quiet.secs, strings.Join(parts, ", "))
@@ -537,6 +539,49 @@ func fetch(url, path string) error {
 	}
 	fmt.Fprintln(os.Stderr, "scale: wrote", path)
 	return f.Close()
+}
+
+// startTimeline says when, after the daemon's daemon_start entry, its
+// first and last acquired, started and stopped entries came, and the
+// first discovery's end.
+func startTimeline(ctx context.Context, n *vmtests.Node) string {
+	out, _, _ := n.Run(ctx, "journalctl", "--no-pager", "-u", "unitlease.service", "-o", "json", "--output-fields=UNITLEASE_EVENT,MESSAGE,__REALTIME_TIMESTAMP")
+	first, last := map[string]int64{}, map[string]int64{}
+	var begun int64
+	for _, line := range strings.Split(out, "\n") {
+		var e struct {
+			Event   string `json:"UNITLEASE_EVENT"`
+			Message string `json:"MESSAGE"`
+			At      string `json:"__REALTIME_TIMESTAMP"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		at, _ := strconv.ParseInt(e.At, 10, 64)
+		ev := e.Event
+		if strings.HasPrefix(e.Message, "first discovery done") {
+			ev = "discovered"
+		}
+		if ev == "daemon_start" {
+			begun = at
+		}
+		if _, ok := first[ev]; !ok {
+			first[ev] = at
+		}
+		last[ev] = at
+	}
+	var parts []string
+	for _, ev := range []string{"discovered", "stopped", "acquired", "started"} {
+		if f, ok := first[ev]; ok && begun != 0 {
+			since := func(us int64) time.Duration { return (time.Duration(us-begun) * time.Microsecond).Round(100 * time.Millisecond) }
+			if f == last[ev] {
+				parts = append(parts, fmt.Sprintf("%s +%v", ev, since(f)))
+			} else {
+				parts = append(parts, fmt.Sprintf("%s +%v to +%v", ev, since(f), since(last[ev])))
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // countEvents counts the daemon's UNITLEASE_EVENT values after cursor (or
