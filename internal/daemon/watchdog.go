@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"runtime/metrics"
 	"slices"
 	"time"
 
@@ -86,10 +85,13 @@ const SystemdTimerSlack = 250 * time.Millisecond
 
 // updateStatus sends STATUS= when the summary changed. It also hands
 // free heap memory back to the kernel, rather than over the scavenger's
-// minutes: the first time it finds the summary as it was after a change
+// minutes, the first time it finds the summary as it was after a change
 // (a burst has ended: the start, a reload, many leases moving at once,
-// whose garbage the steady state never makes again), and whenever more
-// than freeSlack of the heap lies free.
+// whose garbage the steady state never makes again). In the steady state
+// the runtime's scavenger alone returns memory: a FreeOSMemory whenever
+// more than 4 MB lay free returned, among the rest, the stacks that the
+// next ticks' goroutines took again, each page faulted back in (at a
+// thousand leases it cost more CPU than the steps).
 func (d *Daemon) updateStatus() {
 	if d.starting.Load() {
 		d.notify("STATUS=starting: " + d.startProgress())
@@ -101,23 +103,10 @@ func (d *Daemon) updateStatus() {
 		d.notify("STATUS=" + status)
 		return
 	}
-	if d.settling || heapFree() > freeSlack {
+	if d.settling {
 		d.settling = false
 		debug.FreeOSMemory()
 	}
-}
-
-// freeSlack is how much free heap the daemon keeps from the kernel.
-const freeSlack = 4 << 20
-
-// heapFree is the heap memory that is free but not yet returned.
-func heapFree() uint64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
 }
 
 // mayPing decides a watchdog tick (see pingVerdict) and wakes every

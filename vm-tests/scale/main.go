@@ -161,7 +161,7 @@ func measureSize(ctx context.Context, redisDir, bin string, service []byte, leas
 		return p, fmt.Errorf("start unitlease: %v: %s", err, stderr)
 	}
 	p.ready = time.Since(start)
-	if err := waitAllActive(ctx, n, leases, max(5*time.Minute, time.Duration(leases)*100*time.Millisecond)); err != nil {
+	if err := waitAllActive(ctx, n, leases, max(5*time.Minute, time.Duration(leases)*200*time.Millisecond)); err != nil {
 		return p, err
 	}
 	p.held = time.Since(start)
@@ -573,7 +573,9 @@ func startTimeline(ctx context.Context, n *vmtests.Node) string {
 	var parts []string
 	for _, ev := range []string{"discovered", "stopped", "acquired", "started"} {
 		if f, ok := first[ev]; ok && begun != 0 {
-			since := func(us int64) time.Duration { return (time.Duration(us-begun) * time.Microsecond).Round(100 * time.Millisecond) }
+			since := func(us int64) time.Duration {
+				return (time.Duration(us-begun) * time.Microsecond).Round(100 * time.Millisecond)
+			}
 			if f == last[ev] {
 				parts = append(parts, fmt.Sprintf("%s +%v", ev, since(f)))
 			} else {
