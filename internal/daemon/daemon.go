@@ -204,7 +204,7 @@ func (d *Daemon) summary() string {
 	for _, role := range roles {
 		units := byRole[role]
 		if total > SummaryUnits {
-			parts = append(parts, fmt.Sprintf("%s: %d units", role, len(units)))
+			parts = append(parts, fmt.Sprintf("%s: %d %s", role, len(units), plural(len(units), "unit")))
 			continue
 		}
 		slices.Sort(units)
@@ -214,6 +214,14 @@ func (d *Daemon) summary() string {
 		return "no annotated units"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// plural is word for n of them: "unit", "units".
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // SummaryUnits is how many units STATUS= names one by one.

@@ -135,8 +135,12 @@ func (d *Daemon) firstReload(ctx context.Context) {
 	})
 	begun := time.Now()
 	d.Reload(ctx)
+	// Neither the early READY's STATUS= nor the watchdog's may come
+	// after the summary Reload just sent.
 	early.Stop()
+	d.starting.Store(false)
 	ready()
+	d.notify("STATUS=" + d.summary())
 	var took []string
 	for i, p := range d.phases {
 		end := time.Now()

@@ -94,8 +94,8 @@ func TestReadyAfterAQuickDiscovery(t *testing.T) {
 		defer cancel()
 		d.firstReload(ctx)
 		sent := n.all()
-		if len(sent) < 2 || sent[len(sent)-1] != "READY=1" || !strings.HasPrefix(sent[len(sent)-2], "STATUS=") {
-			t.Fatalf("sent %q; want the summary, then READY=1", sent)
+		if len(sent) < 2 || sent[len(sent)-2] != "READY=1" || !strings.HasSuffix(sent[len(sent)-1], ": db.service") {
+			t.Fatalf("sent %q; want READY=1, then the summary", sent)
 		}
 		if d.find("db") == nil {
 			t.Fatal("READY=1 sent before the lease's supervisor ran")

@@ -59,6 +59,8 @@ func (d *Daemon) Reload(ctx context.Context) {
 		changed[lease] = true
 	}
 	d.reverify(ctx, found, changed)
+	d.toCheck.Store(0)
+	d.setPhase("watching the units and announcing this node's leases")
 	d.rewatch(ctx)
 	d.announce(ctx)
 	d.steerSoon()

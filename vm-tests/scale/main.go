@@ -111,11 +111,24 @@ func run(ctx context.Context, sizes []int, measure, every time.Duration) error {
 		}
 		p, err := measureSize(ctx, filepath.Join(tmp, fmt.Sprint("redis-", leases)), bin, service, leases, measure, every)
 		if err != nil {
-			return fmt.Errorf("%d leases: %w", leases, err)
+			// The sizes measured so far still make a curve.
+			p.err = err
+			fmt.Fprintf(os.Stderr, "scale: %d leases: %v\n", leases, err)
 		}
 		points = append(points, p)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return curve(points)
+	if err := curve(points); err != nil {
+		return err
+	}
+	for _, p := range points {
+		if p.err != nil {
+			return fmt.Errorf("%d leases: %w", p.leases, p.err)
+		}
+	}
+	return nil
 }
 
 // point is one size's figures, for the curve.
@@ -128,6 +141,7 @@ type point struct {
 	rss, cpu     float64       // unscraped: median MB, % of a core
 	commands     float64       // Redis commands per second
 	stopFailed   int           // stop_failed events since the daemon started
+	err          error         // the size could not be measured
 }
 
 // measureSize boots a node with leases units and a Redis of its own and
@@ -204,6 +218,11 @@ func curve(points []point) error {
 	fmt.Fprintln(tw, "leases\tsystemd alone: start, stop\tfloor: + lease span + confirm\tunitlease: all active\tratio to floor\tREADY after\tRSS median\tCPU\tCPU per 1,000\tRedis commands\tstop_failed at start\t")
 	for _, p := range points {
 		floor := p.systemdStart + tm.LeaseSpan + tm.ConfirmWait()
+		if p.err != nil {
+			fmt.Fprintf(tw, "%d\t%v, %v\t%v\tnot measured: %v\t\t\t\t\t\t\t\t\n", p.leases,
+				p.systemdStart.Round(100*time.Millisecond), p.systemdStop.Round(100*time.Millisecond), floor.Round(100*time.Millisecond), p.err)
+			continue
+		}
 		fmt.Fprintf(tw, "%d\t%v, %v\t%v\t%v\t%.2f\t%v\t%.1f MB\t%.2f%%\t%.2f%%\t%.0f/s\t%d\t\n", p.leases,
 			p.systemdStart.Round(100*time.Millisecond), p.systemdStop.Round(100*time.Millisecond), floor.Round(100*time.Millisecond),
 			p.held.Round(100*time.Millisecond), p.held.Seconds()/floor.Seconds(), p.ready.Round(100*time.Millisecond),
