@@ -89,12 +89,8 @@ func TestBreakReadyWatchdogDuringALongFirstDiscovery(t *testing.T) {
 		defer cancel()
 		const interval = 3 * time.Second
 		go d.watchdog(ctx, interval)
-		done := make(chan struct{})
 		begun := time.Now()
-		go func() {
-			d.firstReload(ctx)
-			close(done)
-		}()
+		done := firstReloading(ctx, d)
 		time.Sleep(ReadyWithin + 10*interval)
 		synctest.Wait()
 		select {
@@ -174,12 +170,8 @@ func TestBreakWatchdogSeesALoopStuckDuringTheFirstDiscovery(t *testing.T) {
 		defer cancel()
 		const interval = 3 * time.Second
 		go d.watchdog(ctx, interval)
-		done := make(chan struct{})
 		begun := time.Now()
-		go func() {
-			d.firstReload(ctx)
-			close(done)
-		}()
+		done := firstReloading(ctx, d)
 		time.Sleep(ReadyWithin + 4*interval)
 		synctest.Wait()
 		st.mu.Lock()

@@ -2,17 +2,11 @@ package daemon
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/unitlease/unitlease/internal/config"
-	"github.com/unitlease/unitlease/internal/logging"
-	"github.com/unitlease/unitlease/unitctl"
 )
 
 // all is every message sent, in order.
@@ -32,14 +26,15 @@ func (n *notes) count(s string) int {
 	return c
 }
 
-func readyDaemon(t *testing.T, sd *fakeSystemd) (*Daemon, *notes) {
-	t.Helper()
-	tm, err := testTiming.Resolved()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &notes{}
-	return New(&config.Config{Node: "node-a", Timing: tm}, logging.Text(&syncBuffer{}, slog.LevelInfo), newMemStore(), sd, unitctl.Config{}, n.add), n
+// firstReloading runs d's first discovery on a goroutine of its own;
+// the channel closes when it returns.
+func firstReloading(ctx context.Context, d *Daemon) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		d.firstReload(ctx)
+		close(done)
+	}()
+	return done
 }
 
 // TestReadyDoesNotWaitForEveryUnit: a first discovery that takes longer
@@ -48,21 +43,13 @@ func readyDaemon(t *testing.T, sd *fakeSystemd) (*Daemon, *notes) {
 // start has got, and only once.
 func TestReadyDoesNotWaitForEveryUnit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		annotated := map[string]string{}
-		for i := range 30 {
-			annotated[fmt.Sprintf("u%02d.service", i)] = fmt.Sprintf("l%02d", i)
-		}
-		sd := newFakeSystemd(annotated)
+		sd := newFakeSystemd(annotatedUnits(30))
 		slow := make(chan struct{})
 		sd.slowCheck = slow
-		d, n := readyDaemon(t, sd)
+		d, n, _ := startingDaemon(t, sd, newMemStore(), nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		done := make(chan struct{})
-		go func() {
-			d.firstReload(ctx)
-			close(done)
-		}()
+		done := firstReloading(ctx, d)
 		time.Sleep(ReadyWithin)
 		synctest.Wait()
 		sent := n.all()
@@ -89,7 +76,7 @@ func TestReadyDoesNotWaitForEveryUnit(t *testing.T) {
 func TestReadyAfterAQuickDiscovery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sd := newFakeSystemd(map[string]string{"db.service": "db"})
-		d, n := readyDaemon(t, sd)
+		d, n, _ := startingDaemon(t, sd, newMemStore(), nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		d.firstReload(ctx)
