@@ -92,6 +92,9 @@ type Daemon struct {
 	ucfg   unitctl.Config
 	clock  supervisor.Clock
 	notify func(string)
+	// steppers step the supervisors' ticks; set by Run before any
+	// supervisor starts, nil in tests that add supervisors without it.
+	steppers *supervisor.Steppers
 	// metrics counts for the Prometheus endpoint, or is nil (it is off);
 	// set before the first reload (UseMetrics).
 	metrics *metrics.Metrics
@@ -167,7 +170,7 @@ func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Manager, ucf
 func (d *Daemon) running() []*running {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var rs []*running
+	rs := make([]*running, 0, len(d.sups))
 	for _, r := range d.sups {
 		rs = append(rs, r)
 	}
@@ -175,8 +178,9 @@ func (d *Daemon) running() []*running {
 }
 
 func (d *Daemon) supervisors() []*supervisor.Supervisor {
-	var ss []*supervisor.Supervisor
-	for _, r := range d.running() {
+	rs := d.running()
+	ss := make([]*supervisor.Supervisor, 0, len(rs))
+	for _, r := range rs {
 		ss = append(ss, r.sup)
 	}
 	slices.SortFunc(ss, func(a, b *supervisor.Supervisor) int { return strings.Compare(a.Lease, b.Lease) })

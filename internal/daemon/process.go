@@ -13,11 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	sdaemon "github.com/coreos/go-systemd/v22/daemon"
-
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
@@ -75,7 +74,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 		return fmt.Errorf("%w: not starting: %w", ErrSetup, err)
 	}
 	warnDurability(ctx, store, log)
-	d := New(cfg, log, store, sd, opts.Unitctl, notify(log))
+	d := New(cfg, log, store, sd, opts.Unitctl, newNotifier(log).send)
+	// The steppers outlive ctx, as the supervisors do: the shutdown's
+	// handoffs tick on them. Ticks after Run returns step on their
+	// timers' goroutines.
+	pctx, stopSteppers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSteppers()
+	d.steppers = supervisor.NewSteppers(pctx, Steppers)
 	d.stateDir = cmp.Or(opts.StateDir, StateDir)
 	d.loadDrained()
 	// The endpoint outlives ctx as the watchdog does: a SIGTERM hands the
@@ -113,6 +118,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	go d.steerLoop(ctx)    // failure thresholds, preferences, failback
 	return d.loop(ctx, sd, serveErr)
 }
+
+// Steppers is how many goroutines step the supervisors' ticks
+// (supervisor.Steppers): a renewal takes one for the round trip to Redis,
+// and a thousand leases renew about 200 times a second over ten instants
+// per retry.
+const Steppers = 8
 
 // ReadyWithin bounds how long the daemon takes to report READY=1: it has
 // its configuration, Redis and systemd by then, and it reports READY once
@@ -239,13 +250,5 @@ func warnDurability(ctx context.Context, store *redislease.Store, log *slog.Logg
 	}
 	for _, f := range dur.Findings {
 		log.Warn("Redis can lose an acknowledged write: "+f, logging.Event, "durability")
-	}
-}
-
-func notify(log *slog.Logger) func(string) {
-	return func(state string) {
-		if _, err := sdaemon.SdNotify(false, state); err != nil {
-			log.Debug("sd_notify: " + err.Error())
-		}
 	}
 }

@@ -135,7 +135,8 @@ type Supervisor struct {
 	// stopped); the same rules.
 	OnAcquired func(seen, got policy.Record)
 	OnReleased func(released policy.Record, cause policy.Cause)
-	meter      Meter // SetMeter; nil: nothing is counted
+	meter      Meter     // SetMeter; nil: nothing is counted
+	steppers   *Steppers // SetSteppers; nil: ticks step on the timer's goroutine
 
 	garbage   string // the last garbage reported (its message), to report each once
 	elsewhere string // the unit and other lease last reported as holding it, or ""
@@ -189,18 +190,59 @@ func (s *Supervisor) end() {
 // bring one early; the machine takes a Tick at any moment, but an early
 // one is dropped as the work of nothing.
 func (s *Supervisor) tick() {
+	if p := s.steppers; p != nil {
+		select {
+		case p.ticks <- s:
+			return
+		default:
+			// Every stepper is busy (a store slow to answer): the
+			// timer's goroutine steps, as it would with no steppers.
+		}
+	}
 	s.deliver(policy.Event{Kind: policy.Tick})
 }
 
-// A tick runs on a new goroutine (the timer's), on the runtime's small
-// starting stack, and a step and its request fit in it: the machine steps
-// in place (policy.Machine.StepTo) and the output is filled in where the
-// caller keeps it, so neither half-kilobyte value is copied through the
-// frames. When a step returned both by value, its frames came to over 7
-// KiB and a renewal's past 8: each tick's goroutine had its stack grown
-// and copied, a fifth to a quarter of the daemon's CPU at a thousand
-// leases, and growing it at once on a new goroutine still cost the
-// zeroing of 8 KiB and a 16 KiB stack per tick.
+// Steppers are goroutines that step the ticks of many supervisors. A
+// timer's own goroutine starts on the runtime's small starting stack, and
+// a renewal's step and the decoding of its answer outgrow it: each tick
+// had its stack grown and copied, a tenth of the daemon's CPU at a
+// thousand leases. A stepper keeps its stack from one tick to the next
+// (the collector halves an idle one at most once a cycle). A tick is only
+// ever taken by a stepper waiting for one, at once, and never queues
+// behind another lease's step: one that finds every stepper busy steps
+// on the timer's goroutine.
+type Steppers struct {
+	ticks chan *Supervisor // unbuffered
+}
+
+// NewSteppers starts n steppers; they end with ctx.
+func NewSteppers(ctx context.Context, n int) *Steppers {
+	p := &Steppers{ticks: make(chan *Supervisor)}
+	for range n {
+		go func() {
+			for {
+				select {
+				case s := <-p.ticks:
+					s.deliver(policy.Event{Kind: policy.Tick})
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	return p
+}
+
+// SetSteppers has the supervisor's ticks stepped by p; call it before
+// Start. Without it, each tick steps on its timer's goroutine.
+func (s *Supervisor) SetSteppers(p *Steppers) { s.steppers = p }
+
+// The machine steps in place (policy.Machine.StepTo) and the output is
+// filled in where the caller keeps it, so neither half-kilobyte value is
+// copied through the frames: when a step returned both by value, its
+// frames came to over 7 KiB and a renewal's past 8. Even so, the decoding
+// of a renewal's answer outgrows a new goroutine's starting stack; hence
+// the steppers.
 
 // deliver steps the machine with ev and carries out what it asks.
 func (s *Supervisor) deliver(ev policy.Event) {

@@ -1,0 +1,87 @@
+package daemon
+
+import (
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// listenNotify makes a notify socket at path, as systemd does.
+func listenNotify(t *testing.T, path string) *net.UnixConn {
+	t.Helper()
+	os.Remove(path)
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func readNotify(t *testing.T, c *net.UnixConn) string {
+	t.Helper()
+	b := make([]byte, 4096)
+	n, err := c.Read(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b[:n])
+}
+
+// One socket carries every message, and a manager that made its socket
+// anew still gets the next message.
+func TestNotifierKeepsItsSocketAndRedialsANewOne(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	first := listenNotify(t, path)
+	t.Setenv("NOTIFY_SOCKET", path)
+	n := newNotifier(slog.New(slog.DiscardHandler))
+
+	n.send("READY=1")
+	if got := readNotify(t, first); got != "READY=1" {
+		t.Fatalf("got %q, want READY=1", got)
+	}
+	kept := n.conn
+	n.send("WATCHDOG=1")
+	if got := readNotify(t, first); got != "WATCHDOG=1" {
+		t.Fatalf("got %q, want WATCHDOG=1", got)
+	}
+	if n.conn != kept {
+		t.Fatal("the second message dialled a new socket")
+	}
+
+	first.Close()
+	second := listenNotify(t, path)
+	n.send("STATUS=again")
+	if got := readNotify(t, second); got != "STATUS=again" {
+		t.Fatalf("after the socket was made anew: got %q, want STATUS=again", got)
+	}
+}
+
+// Without NOTIFY_SOCKET nothing is sent and nothing fails.
+func TestNotifierWithoutSocketSendsNothing(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	n := newNotifier(slog.New(slog.DiscardHandler))
+	n.send("READY=1")
+	if n.conn != nil {
+		t.Fatal("a socket was opened without NOTIFY_SOCKET")
+	}
+}
+
+// With no manager listening, a message is dropped and the next one
+// tries again.
+func TestNotifierDropsAMessageNobodyTakes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	t.Setenv("NOTIFY_SOCKET", path)
+	n := newNotifier(slog.New(slog.DiscardHandler))
+	n.send("WATCHDOG=1")
+	if n.conn != nil {
+		t.Fatal("a failed send kept its socket")
+	}
+	c := listenNotify(t, path)
+	n.send("WATCHDOG=1")
+	if got := readNotify(t, c); got != "WATCHDOG=1" {
+		t.Fatalf("got %q, want WATCHDOG=1", got)
+	}
+}
