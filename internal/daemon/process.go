@@ -119,11 +119,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	return d.loop(ctx, sd, serveErr)
 }
 
-// Steppers is how many goroutines step the supervisors' ticks
-// (supervisor.Steppers): a renewal takes one for the round trip to Redis,
-// and a thousand leases renew about 200 times a second over ten instants
-// per retry.
-const Steppers = 8
+// Steppers bounds the goroutines that step the supervisors' ticks
+// (supervisor.Steppers): a renewal holds one for its round trip to Redis,
+// and the leases renew at ten instants per retry, a tenth of them at
+// each: a hundred at once at a thousand leases.
+const Steppers = 256
 
 // ReadyWithin bounds how long the daemon takes to report READY=1: it has
 // its configuration, Redis and systemd by then, and it reports READY once

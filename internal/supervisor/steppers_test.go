@@ -37,7 +37,7 @@ func hooked(t *testing.T, lease string, p *Steppers, observe func()) *Supervisor
 // onStepper reports whether the calling goroutine is a stepper.
 func onStepper() bool {
 	b := make([]byte, 64<<10)
-	return strings.Contains(string(b[:runtime.Stack(b, false)]), "NewSteppers.func")
+	return strings.Contains(string(b[:runtime.Stack(b, false)]), "supervisor.(*Steppers).run")
 }
 
 // A tick, and the actions its step carries out on the same goroutine,
@@ -91,5 +91,45 @@ func TestBusySteppersDelayNoTick(t *testing.T) {
 			t.Error("a lease's first tick waited for another lease's hung step")
 		}
 		close(gate)
+	})
+}
+
+// A tick that finds every stepper busy gets a new one, up to the bound;
+// the steppers end with their context.
+func TestSteppersGrowToTheBoundAndEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		p := NewSteppers(ctx, 2)
+		gate, entered := make(chan struct{}), make(chan struct{})
+		var once atomic.Bool
+		hung := hooked(t, "hung", p, func() {
+			if once.CompareAndSwap(false, true) {
+				close(entered)
+				<-gate
+			}
+		})
+		var stepped, offStepper atomic.Int32
+		free := hooked(t, "free", p, func() {
+			stepped.Add(1)
+			if !onStepper() {
+				offStepper.Add(1)
+			}
+		})
+		hung.Start(ctx)
+		<-entered
+		free.Start(ctx)
+		synctest.Wait()
+		if stepped.Load() == 0 || offStepper.Load() != 0 {
+			t.Errorf("with one stepper hung and a second allowed, %d of %d observations ran off the steppers", offStepper.Load(), stepped.Load())
+		}
+		if n := p.Len(); n != 2 {
+			t.Errorf("%d steppers, want 2", n)
+		}
+		close(gate)
+		cancel()
+		synctest.Wait()
+		if n := p.Len(); n != 0 {
+			t.Errorf("%d steppers left after their context ended", n)
+		}
 	})
 }

@@ -190,16 +190,11 @@ func (s *Supervisor) end() {
 // bring one early; the machine takes a Tick at any moment, but an early
 // one is dropped as the work of nothing.
 func (s *Supervisor) tick() {
-	if p := s.steppers; p != nil {
-		select {
-		case p.ticks <- s:
-			return
-		default:
-			// Every stepper is busy (a store slow to answer): the
-			// timer's goroutine steps, as it would with no steppers.
-		}
+	if p := s.steppers; p == nil || !p.take(s) {
+		// No steppers, or as many as may be are all busy (a store slow
+		// to answer): the timer's goroutine steps.
+		s.deliver(policy.Event{Kind: policy.Tick})
 	}
-	s.deliver(policy.Event{Kind: policy.Tick})
 }
 
 // Steppers are goroutines that step the ticks of many supervisors. A
@@ -207,31 +202,54 @@ func (s *Supervisor) tick() {
 // a renewal's step and the decoding of its answer outgrow it: each tick
 // had its stack grown and copied, a tenth of the daemon's CPU at a
 // thousand leases. A stepper keeps its stack from one tick to the next
-// (the collector halves an idle one at most once a cycle). A tick is only
-// ever taken by a stepper waiting for one, at once, and never queues
-// behind another lease's step: one that finds every stepper busy steps
-// on the timer's goroutine.
+// (the collector halves an idle one at most once a cycle). A tick is
+// only ever taken by a stepper waiting for one, or by a new one, at once:
+// it never queues behind another lease's step. There are as many as the
+// most ticks under way at once have needed (the renewals of one grid
+// instant wait for their pipeline together), up to a bound; a tick that
+// finds that many busy steps on its timer's goroutine.
 type Steppers struct {
+	ctx   context.Context
 	ticks chan *Supervisor // unbuffered
+	max   int32
+	n     atomic.Int32
 }
 
-// NewSteppers starts n steppers; they end with ctx.
-func NewSteppers(ctx context.Context, n int) *Steppers {
-	p := &Steppers{ticks: make(chan *Supervisor)}
-	for range n {
-		go func() {
-			for {
-				select {
-				case s := <-p.ticks:
-					s.deliver(policy.Event{Kind: policy.Tick})
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	return p
+// NewSteppers returns a pool of at most max steppers, none started yet;
+// they end with ctx.
+func NewSteppers(ctx context.Context, max int) *Steppers {
+	return &Steppers{ctx: ctx, ticks: make(chan *Supervisor), max: int32(max)}
 }
+
+// take hands s's tick to an idle stepper or a new one, or reports false.
+func (p *Steppers) take(s *Supervisor) bool {
+	select {
+	case p.ticks <- s:
+		return true
+	default:
+	}
+	if p.n.Add(1) > p.max || p.ctx.Err() != nil {
+		p.n.Add(-1)
+		return false
+	}
+	go p.run(s)
+	return true
+}
+
+func (p *Steppers) run(s *Supervisor) {
+	defer p.n.Add(-1)
+	for {
+		s.deliver(policy.Event{Kind: policy.Tick})
+		select {
+		case s = <-p.ticks:
+		case <-p.ctx.Done():
+			return
+		}
+	}
+}
+
+// Len is how many steppers there are.
+func (p *Steppers) Len() int { return int(p.n.Load()) }
 
 // SetSteppers has the supervisor's ticks stepped by p; call it before
 // Start. Without it, each tick steps on its timer's goroutine.
