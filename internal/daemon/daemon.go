@@ -92,9 +92,6 @@ type Daemon struct {
 	ucfg   unitctl.Config
 	clock  supervisor.Clock
 	notify func(string)
-	// steppers step the supervisors' ticks; set by Run before any
-	// supervisor starts, nil in tests that add supervisors without it.
-	steppers *supervisor.Steppers
 	// metrics counts for the Prometheus endpoint, or is nil (it is off);
 	// set before the first reload (UseMetrics).
 	metrics *metrics.Metrics

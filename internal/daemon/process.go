@@ -16,7 +16,6 @@ import (
 	"github.com/unitlease/unitlease/internal/config"
 	"github.com/unitlease/unitlease/internal/control"
 	"github.com/unitlease/unitlease/internal/logging"
-	"github.com/unitlease/unitlease/internal/supervisor"
 	"github.com/unitlease/unitlease/redislease"
 	"github.com/unitlease/unitlease/unitctl"
 )
@@ -75,12 +74,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	}
 	warnDurability(ctx, store, log)
 	d := New(cfg, log, store, sd, opts.Unitctl, newNotifier(log).send)
-	// The steppers outlive ctx, as the supervisors do: the shutdown's
-	// handoffs tick on them. Ticks after Run returns step on their
-	// timers' goroutines.
-	pctx, stopSteppers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopSteppers()
-	d.steppers = supervisor.NewSteppers(pctx, Steppers)
 	d.stateDir = cmp.Or(opts.StateDir, StateDir)
 	d.loadDrained()
 	// The endpoint outlives ctx as the watchdog does: a SIGTERM hands the
@@ -118,12 +111,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	go d.steerLoop(ctx)    // failure thresholds, preferences, failback
 	return d.loop(ctx, sd, serveErr)
 }
-
-// Steppers bounds the goroutines that step the supervisors' ticks
-// (supervisor.Steppers): a renewal holds one for its round trip to Redis,
-// and the leases renew at ten instants per retry, a tenth of them at
-// each: a hundred at once at a thousand leases.
-const Steppers = 256
 
 // ReadyWithin bounds how long the daemon takes to report READY=1: it has
 // its configuration, Redis and systemd by then, and it reports READY once

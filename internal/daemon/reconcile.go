@@ -383,7 +383,6 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string) {
 	if d.metrics != nil {
 		sup.SetMeter(d.metrics.Lease(lease))
 	}
-	sup.SetSteppers(d.steppers)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	sup.Start(sctx)
 	d.mu.Lock()

@@ -135,8 +135,7 @@ type Supervisor struct {
 	// stopped); the same rules.
 	OnAcquired func(seen, got policy.Record)
 	OnReleased func(released policy.Record, cause policy.Cause)
-	meter      Meter     // SetMeter; nil: nothing is counted
-	steppers   *Steppers // SetSteppers; nil: ticks step on the timer's goroutine
+	meter      Meter // SetMeter; nil: nothing is counted
 
 	garbage   string // the last garbage reported (its message), to report each once
 	elsewhere string // the unit and other lease last reported as holding it, or ""
@@ -190,77 +189,18 @@ func (s *Supervisor) end() {
 // bring one early; the machine takes a Tick at any moment, but an early
 // one is dropped as the work of nothing.
 func (s *Supervisor) tick() {
-	if p := s.steppers; p == nil || !p.take(s) {
-		// No steppers, or as many as may be are all busy (a store slow
-		// to answer): the timer's goroutine steps.
-		s.deliver(policy.Event{Kind: policy.Tick})
-	}
+	s.deliver(policy.Event{Kind: policy.Tick})
 }
 
-// Steppers are goroutines that step the ticks of many supervisors. A
-// timer's own goroutine starts on the runtime's small starting stack, and
-// a renewal's step and the decoding of its answer outgrow it: each tick
-// had its stack grown and copied, a tenth of the daemon's CPU at a
-// thousand leases. A stepper keeps its stack from one tick to the next
-// (the collector halves an idle one at most once a cycle). A tick is
-// only ever taken by a stepper waiting for one, or by a new one, at once:
-// it never queues behind another lease's step. There are as many as the
-// most ticks under way at once have needed (the renewals of one grid
-// instant wait for their pipeline together), up to a bound; a tick that
-// finds that many busy steps on its timer's goroutine.
-type Steppers struct {
-	ctx   context.Context
-	ticks chan *Supervisor // unbuffered
-	max   int32
-	n     atomic.Int32
-}
-
-// NewSteppers returns a pool of at most max steppers, none started yet;
-// they end with ctx.
-func NewSteppers(ctx context.Context, max int) *Steppers {
-	return &Steppers{ctx: ctx, ticks: make(chan *Supervisor), max: int32(max)}
-}
-
-// take hands s's tick to an idle stepper or a new one, or reports false.
-func (p *Steppers) take(s *Supervisor) bool {
-	select {
-	case p.ticks <- s:
-		return true
-	default:
-	}
-	if p.n.Add(1) > p.max || p.ctx.Err() != nil {
-		p.n.Add(-1)
-		return false
-	}
-	go p.run(s)
-	return true
-}
-
-func (p *Steppers) run(s *Supervisor) {
-	defer p.n.Add(-1)
-	for {
-		s.deliver(policy.Event{Kind: policy.Tick})
-		select {
-		case s = <-p.ticks:
-		case <-p.ctx.Done():
-			return
-		}
-	}
-}
-
-// Len is how many steppers there are.
-func (p *Steppers) Len() int { return int(p.n.Load()) }
-
-// SetSteppers has the supervisor's ticks stepped by p; call it before
-// Start. Without it, each tick steps on its timer's goroutine.
-func (s *Supervisor) SetSteppers(p *Steppers) { s.steppers = p }
-
-// The machine steps in place (policy.Machine.StepTo) and the output is
-// filled in where the caller keeps it, so neither half-kilobyte value is
-// copied through the frames: when a step returned both by value, its
-// frames came to over 7 KiB and a renewal's past 8. Even so, the decoding
-// of a renewal's answer outgrows a new goroutine's starting stack; hence
-// the steppers.
+// A tick runs on a new goroutine (the timer's), on the runtime's small
+// starting stack, and a step and its request fit in it: the machine steps
+// in place (policy.Machine.StepTo) and the output is filled in where the
+// caller keeps it, so neither half-kilobyte value is copied through the
+// frames. When a step returned both by value, its frames came to over 7
+// KiB and a renewal's past 8: each tick's goroutine had its stack grown
+// and copied, a fifth to a quarter of the daemon's CPU at a thousand
+// leases, and growing it at once on a new goroutine still cost the
+// zeroing of 8 KiB and a 16 KiB stack per tick.
 
 // deliver steps the machine with ev and carries out what it asks.
 func (s *Supervisor) deliver(ev policy.Event) {
