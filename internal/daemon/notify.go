@@ -2,69 +2,69 @@ package daemon
 
 import (
 	"log/slog"
-	"net"
 	"os"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
-// notifier sends sd_notify(3) messages (READY=1, STATUS=, WATCHDOG=1)
-// to the socket NOTIFY_SOCKET names, over one datagram socket kept open
-// between them. Dialling a socket for every message, as a library's
-// one-shot call does, cost more CPU than the watchdog's own checks at a
-// thousand leases. A message that cannot be sent on the kept socket (the
-// manager made its socket anew, say after a re-exec) is sent again on a
-// new one, once; one that fails again is logged at debug level and
-// dropped: systemd counts the watchdog's pings, and a ping that never
-// arrives is the watchdog's business, not the sender's.
+// notifier sends sd_notify(3) messages (READY=1, STATUS=, WATCHDOG=1) to
+// the socket NOTIFY_SOCKET names, from one datagram socket kept open
+// between them: a library's one-shot call dialled a socket for every
+// message, which cost more CPU than the watchdog's own checks at a
+// thousand leases. The socket is not connected: each message is sent to
+// the path, so a manager that binds a new socket there gets the next one,
+// even while its old socket is still open. A message is sent without
+// waiting: one the manager's queue has no room for (it is not reading)
+// is dropped and logged at debug level, like one that cannot be sent at
+// all. A sender never waits for the manager (senders take turns only for
+// the send itself, which returns at once); a
+// ping that never arrives is the watchdog's business, not the sender's.
 type notifier struct {
 	log  *slog.Logger
-	addr *net.UnixAddr // nil: not started by systemd with a notify socket
+	addr *unix.SockaddrUnix // nil: not started with a notify socket; guarded by mu
 
-	mu   sync.Mutex
-	conn *net.UnixConn
+	mu sync.Mutex
+	fd int // -1 until the first message, or while the socket cannot be made; guarded by mu
 }
 
 func newNotifier(log *slog.Logger) *notifier {
-	n := &notifier{log: log}
+	n := &notifier{log: log, fd: -1}
 	if path := os.Getenv("NOTIFY_SOCKET"); path != "" {
-		// A name that starts with '@' is an abstract socket; the net
-		// package reads it so.
-		n.addr = &net.UnixAddr{Name: path, Net: "unixgram"}
+		// A name that starts with '@' is an abstract socket; unix reads
+		// it so.
+		n.addr = &unix.SockaddrUnix{Name: path}
 	}
 	return n
 }
 
-// send sends one message; it never blocks on the manager (datagrams to
-// a full socket fail at once).
+// send sends one message. It holds mu while it does (the socket address
+// is written into as it is sent), which is brief: the send never waits.
 func (n *notifier) send(state string) {
 	if n.addr == nil {
 		return
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	err := n.write(state)
-	if err != nil && n.conn != nil {
-		n.conn.Close()
-		n.conn = nil
-		err = n.write(state)
+	err := n.socket()
+	if err == nil {
+		err = unix.Sendto(n.fd, []byte(state), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, n.addr)
 	}
+	n.mu.Unlock()
 	if err != nil {
 		n.log.Debug("sd_notify: " + err.Error())
-		if n.conn != nil {
-			n.conn.Close()
-			n.conn = nil
-		}
 	}
 }
 
-func (n *notifier) write(state string) error {
-	if n.conn == nil {
-		c, err := net.DialUnix("unixgram", nil, n.addr)
-		if err != nil {
-			return err
-		}
-		n.conn = c
+// socket makes the kept socket on first use; it is never closed (it lives
+// as long as the daemon). Called with mu held.
+func (n *notifier) socket() error {
+	if n.fd >= 0 {
+		return nil
 	}
-	_, err := n.conn.Write([]byte(state))
-	return err
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	n.fd = fd
+	return nil
 }
