@@ -5,7 +5,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // listenNotify makes a notify socket at path, as systemd does.
@@ -80,5 +83,55 @@ func TestNotifierDropsAMessageNobodyTakes(t *testing.T) {
 	n.send("WATCHDOG=1")
 	if got := readNotify(t, c); got != "WATCHDOG=1" {
 		t.Fatalf("got %q, want WATCHDOG=1", got)
+	}
+}
+
+// fillNotify fills the manager's queue from another client and returns
+// how many datagrams it took.
+func fillNotify(t *testing.T, path string) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	for n := 0; ; n++ {
+		if err := unix.Sendto(fd, []byte("STATUS=filler"), 0, &unix.SockaddrUnix{Name: path}); err != nil {
+			if err != unix.EAGAIN {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+}
+
+// A READY=1 the manager had no room for goes out before the next
+// message; of the STATUS= dropped, only the latest; a ping, never again.
+func TestNotifierResendsWhatSystemdWaitsFor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	c := listenNotify(t, path)
+	t.Setenv("NOTIFY_SOCKET", path)
+	n := newNotifier(slog.New(slog.DiscardHandler))
+	filled := fillNotify(t, path)
+	for _, m := range []string{"STATUS=starting", "WATCHDOG=1", "READY=1", "STATUS=leader: 3 units", "WATCHDOG=1"} {
+		n.send(m) // each dropped: the queue is full
+	}
+	for range filled {
+		if got := readNotify(t, c); got != "STATUS=filler" {
+			t.Fatalf("got %q before the filler was read", got)
+		}
+	}
+	n.send("WATCHDOG=1")
+	var got []string
+	for range 3 {
+		got = append(got, readNotify(t, c))
+	}
+	want := []string{"READY=1", "STATUS=leader: 3 units", "WATCHDOG=1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the queue emptied: got %q, want %q", got, want)
+	}
+	n.send("STATUS=again")
+	if m := readNotify(t, c); m != "STATUS=again" {
+		t.Fatalf("got %q: a message sent was sent again", m)
 	}
 }
