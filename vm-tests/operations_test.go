@@ -146,6 +146,11 @@ func TestHandoffToLandsOnTheNamedNode(t *testing.T) {
 	want := []string{leader.Name}
 	for i := range 4 {
 		to := d.others(leader)[i%2]
+		// A release is witnessed only over the holder's own record: a
+		// node that has not read the new holder's record since the last
+		// handoff waits a lease span, as it should, and the command
+		// times out.
+		waitSeenHeld(t, to, "demo", leader.Name, 30*time.Second)
 		out, stderr, err := leader.Run(t.Context(), "unitlease", "handoff", "demo", "--to", to.Name)
 		if err != nil || !strings.Contains(out, "now held by "+to.Name) {
 			t.Fatalf("handoff --to %s on %s: %v: %s%s\n%s", to.Name, leader.Name, err, out, stderr, d.journals())
@@ -417,4 +422,26 @@ func TestDisableKeepsTheLeaseStoppedAcrossRestarts(t *testing.T) {
 		t.Fatalf("after enable: %v\n%s", err, d.journals())
 	}
 	d.noViolations()
+}
+
+// waitSeenHeld waits until n's supervisor of lease has read the record of
+// holder's tenure (its status names holder as the holder).
+func waitSeenHeld(t *testing.T, n *Node, lease, holder string, limit time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); ; time.Sleep(100 * time.Millisecond) {
+		out, _, err := n.Run(t.Context(), "unitlease", "status", "--json")
+		var snap struct {
+			Leases []struct{ Lease, Holder string }
+		}
+		if err == nil && json.Unmarshal([]byte(out), &snap) == nil {
+			for _, l := range snap.Leases {
+				if l.Lease == lease && l.Holder == holder {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has not seen %s hold %s after %v: %v\n%s", n.Name, holder, lease, limit, err, out)
+		}
+	}
 }
