@@ -186,10 +186,9 @@ func TestBreakNotifierEveryRecreationGetsTheNextPing(t *testing.T) {
 }
 
 // The manager binds a new socket at NOTIFY_SOCKET while its old one is
-// still open (unlinked, no longer read). sd_notify resolves the path on
-// every message, so the pings reach the new socket; the kept socket stays
-// connected to the old one, its writes succeed, and every WATCHDOG=1 from
-// then on is lost: systemd kills a healthy daemon.
+// still open (unlinked, no longer read): every ping must reach the new
+// socket, or systemd kills a healthy daemon. A socket kept connected to
+// the old one had its writes succeed and lost every WATCHDOG=1.
 func TestBreakNotifierRecreatedWhileOldStillOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "notify")
 	old := listenNotify(t, path)
@@ -199,14 +198,7 @@ func TestBreakNotifierRecreatedWhileOldStillOpen(t *testing.T) {
 	if got, ok := brkTryRead(t, old); !ok || got != "READY=1" {
 		t.Fatalf("got %q (%t)", got, ok)
 	}
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := listenNotify(t, path) // a new socket at the path; the old one stays open
 	lost := 0
 	for range 5 {
 		n.send("WATCHDOG=1")
@@ -253,25 +245,7 @@ func TestBreakNotifierFullQueueDoesNotBlock(t *testing.T) {
 	if got := readNotify(t, c); got != "READY=1" {
 		t.Fatalf("got %q", got)
 	}
-	// Another client fills the manager's queue.
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
-		t.Fatal(err)
-	}
-	filled := 0
-	for {
-		if err := unix.Send(fd, []byte("STATUS=filler"), 0); err != nil {
-			if err != unix.EAGAIN {
-				t.Fatal(err)
-			}
-			break
-		}
-		filled++
-	}
+	filled := fillNotify(t, path) // another client fills the manager's queue
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

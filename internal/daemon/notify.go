@@ -20,9 +20,10 @@ import (
 // waiting: one the manager's queue has no room for (it is not reading)
 // is dropped and logged at debug level, like one that cannot be sent at
 // all; a READY=1, STOPPING=1 or the latest STATUS= goes out again before
-// the next message (the watchdog pings every third of its interval). A sender never waits for the manager (senders take turns only for
-// the send itself, which returns at once); a
-// ping that never arrives is the watchdog's business, not the sender's.
+// the next message (the watchdog pings every third of its interval). A
+// sender never waits for the manager (senders take turns only for the
+// send itself, which returns at once); a ping that never arrives is the
+// watchdog's business, not the sender's.
 type notifier struct {
 	log  *slog.Logger
 	addr *unix.SockaddrUnix // nil: not started with a notify socket; guarded by mu
