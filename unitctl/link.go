@@ -18,8 +18,9 @@ import (
 const privateSocket = "unix:path=/run/systemd/private"
 
 // link is one generation of connections to systemd: go-systemd's pair for
-// method calls and job results, and a connection of our own that receives
-// PropertiesChanged of units. (go-systemd's own subscriber is not used:
+// method calls, and a connection of our own that receives PropertiesChanged
+// of units and JobRemoved (go-systemd's job results are not used either:
+// see jobResults). (go-systemd's own subscriber is not used:
 // its dispatch goroutine reads the subscriber without the lock that
 // SetPropertiesSubscriber takes, a data race, and it makes a GetUnit call
 // for every JobRemoved.) When any of them breaks, the whole link is
@@ -147,10 +148,9 @@ func ping(ctx context.Context, conn *dbus.Conn) error {
 	return systemd.CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, "org.freedesktop.systemd1.Manager", "Version").Err
 }
 
-// subscribe routes units' PropertiesChanged to l.signals and asks systemd
-// to send them (and JobRemoved, which go-systemd's connection listens
-// for). On the bus a match rule selects the signals; a direct connection
-// gets every signal of systemd.
+// subscribe routes units' PropertiesChanged and JobRemoved to l.signals
+// and asks systemd to send them. On the bus match rules select the
+// signals; a direct connection gets every signal of systemd.
 func (l *link) subscribe(ctx context.Context, private bool) error {
 	if !private {
 		err := l.events.AddMatchSignalContext(ctx,
@@ -158,11 +158,13 @@ func (l *link) subscribe(ctx context.Context, private bool) error {
 			dbus.WithMatchInterface("org.freedesktop.DBus.Properties"),
 			dbus.WithMatchMember("PropertiesChanged"),
 			dbus.WithMatchPathNamespace("/org/freedesktop/systemd1/unit"))
-		if err == nil {
-			err = l.events.AddMatchSignalContext(ctx,
-				dbus.WithMatchSender("org.freedesktop.systemd1"),
-				dbus.WithMatchInterface("org.freedesktop.systemd1.Manager"),
-				dbus.WithMatchMember("Reloading"))
+		for _, member := range []string{"JobRemoved", "Reloading"} {
+			if err == nil {
+				err = l.events.AddMatchSignalContext(ctx,
+					dbus.WithMatchSender("org.freedesktop.systemd1"),
+					dbus.WithMatchInterface("org.freedesktop.systemd1.Manager"),
+					dbus.WithMatchMember(member))
+			}
 		}
 		if err != nil {
 			return err

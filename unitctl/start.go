@@ -71,7 +71,7 @@ type starting struct {
 	s         *Systemd
 	unit      string
 	w         *watcher
-	job       chan string
+	job       <-chan string
 	jobResult string
 	state     UnitState
 }
@@ -79,14 +79,12 @@ type starting struct {
 // run reports whether the unit started; an error says why waiting ended
 // otherwise (nil when systemd answered with failure).
 func (st *starting) run(ctx context.Context) (bool, error) {
-	st.job = make(chan string, 1) // buffered: an unread result stalls go-systemd's signals
-	err := st.s.with(ctx, func(c *sd.Conn) error {
-		_, err := c.StartUnitContext(ctx, st.unit, "replace", st.job)
-		return err
-	})
+	job, forget, err := st.s.queueJob(ctx, st.unit, true)
 	if err != nil {
 		return false, err
 	}
+	defer forget()
+	st.job = job
 	poll := st.s.ticker()
 	defer poll.Stop()
 	for {

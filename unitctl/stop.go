@@ -54,6 +54,7 @@ func (s *Systemd) Stop(ctx context.Context, unit string, stopWait time.Duration)
 		return nil
 	}
 	err := st.run(ctx)
+	st.forgetJob()
 	if err == nil {
 		return nil
 	}
@@ -84,7 +85,8 @@ type stopping struct {
 	unit      string
 	w         *watcher
 	stopWait  time.Duration
-	job       chan string // result of the queued stop job; nil once it arrived
+	job       <-chan string // result of the queued stop job; nil once it arrived
+	forget    func()        // drops the wait for job's result
 	jobResult string
 	state     UnitState
 	killAt    time.Time
@@ -302,23 +304,28 @@ func (st *stopping) nextRecheck() <-chan time.Time {
 	return time.After(st.recheck)
 }
 
-// issue queues a stop job. Its result channel is buffered: go-systemd
-// blocks every signal of the connection until a result is taken.
+// issue queues a stop job, whose result replaces the wait for an earlier
+// one's.
 func (st *stopping) issue(ctx context.Context) error {
-	job := make(chan string, 1)
 	rctx, done := st.callCtx(ctx, "the stop job")
 	defer done()
-	err := st.s.with(rctx, func(c *sd.Conn) error {
-		_, err := c.StopUnitContext(rctx, st.unit, "replace", job)
-		return err
-	})
+	job, forget, err := st.s.queueJob(rctx, st.unit, false)
 	if err == nil {
-		st.job = job
+		st.forgetJob()
+		st.job, st.forget = job, forget
 	}
 	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
 		return errUnanswered
 	}
 	return err
+}
+
+// forgetJob drops the wait for the last stop job's result, if any.
+func (st *stopping) forgetJob() {
+	if st.forget != nil {
+		st.forget()
+		st.forget = nil
+	}
 }
 
 // errUnanswered is a call systemd did not answer before the kill time.

@@ -50,8 +50,12 @@ type Systemd struct {
 	watchers watchers
 	reloads  reloads
 	reads    stateReads
-	life     context.Context // the links' context: godbus closes a connection when it ends
-	done     context.CancelFunc
+	jobs     jobResults
+	// startCalls and stopCalls hold a slot for each StartUnit or StopUnit
+	// call waiting for systemd's answer (queueJob).
+	startCalls, stopCalls chan struct{}
+	life                  context.Context // the links' context: godbus closes a connection when it ends
+	done                  context.CancelFunc
 }
 
 // Dial connects to systemd and subscribes to its unit events.
@@ -68,6 +72,8 @@ func Dial(ctx context.Context, opts Options) (*Systemd, error) {
 		killSignal: int32(syscall.SIGKILL),
 		watchers:   watchers{set: map[*watcher]bool{}},
 		reloads:    reloads{set: map[chan struct{}]bool{}},
+		startCalls: make(chan struct{}, maxStartCalls),
+		stopCalls:  make(chan struct{}, maxStopCalls),
 	}
 	s.life, s.done = context.WithCancel(context.Background())
 	if _, err := s.connection(ctx); err != nil {
@@ -184,13 +190,16 @@ func (s *Systemd) forget(l *link) {
 	}
 }
 
-// pump fans the unit events of one link out to the watchers until the
+// pump fans the unit events of one link out to the watchers, and job
+// results to the calls that queued the jobs, until the
 // link closes; then the watchers re-read, as events may have been missed
 // before the next link subscribes.
 func (s *Systemd) pump(l *link) {
 	for sig := range l.signals {
 		if unit, props, ok := unitChange(sig); ok {
 			s.watchers.deliver(unit, props, s.generation())
+		} else if id, result, ok := jobRemoved(sig); ok {
+			s.jobs.removed(id, result)
 		} else if reloaded(sig) {
 			s.reloads.notify()
 		}
