@@ -2,7 +2,10 @@ package unitctl
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
@@ -22,11 +25,13 @@ import (
 // answer on the other) is kept for a while, so it is found then.
 
 // jobResults routes systemd's JobRemoved signals to the calls that queued
-// the jobs.
+// the jobs. A StartUnit or StopUnit while an equal job is queued is
+// merged into it, and answered with its id: every such call gets the
+// result.
 type jobResults struct {
 	mu      sync.Mutex
-	waiting map[uint32]chan<- string
-	early   map[uint32]string // results no call waited for yet, of the last earlyMax jobs removed
+	waiting map[uint32][]chan<- string
+	early   map[uint32]string // the results of the last earlyMax jobs removed that no call waited for
 	order   []uint32          // early's ids, oldest first
 }
 
@@ -36,49 +41,58 @@ type jobResults struct {
 // judge from the unit's state when a job is gone without a result.
 const earlyMax = 4096
 
-// removed takes a JobRemoved: the waiting call gets its result, or it is
-// kept for the call that has yet to look.
+// removed takes a JobRemoved: the waiting calls get its result, or it is
+// kept for calls that have yet to look.
 func (j *jobResults) removed(id uint32, result string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if ch, ok := j.waiting[id]; ok {
+	if chs, ok := j.waiting[id]; ok {
 		delete(j.waiting, id)
-		ch <- result // buffered, and sent to once
+		for _, ch := range chs {
+			ch <- result // each has room for one, and is sent to once
+		}
 		return
 	}
 	if j.early == nil {
 		j.early = map[uint32]string{}
 	}
-	if len(j.order) == earlyMax {
-		delete(j.early, j.order[0])
-		j.order = append(j.order[:0], j.order[1:]...)
+	if _, ok := j.early[id]; !ok {
+		if len(j.order) == earlyMax {
+			delete(j.early, j.order[0])
+			j.order = append(j.order[:0], j.order[1:]...)
+		}
+		j.order = append(j.order, id)
 	}
 	j.early[id] = result
-	j.order = append(j.order, id)
 }
 
 // expect routes job id's result to ch, which must have room for one: at
-// once if it was already removed. Call forget(id) once the result is no
+// once if it was already removed (the result stays for another call
+// merged into the same job). Call forget(id, ch) once the result is no
 // longer wanted.
 func (j *jobResults) expect(id uint32, ch chan<- string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if r, ok := j.early[id]; ok {
-		delete(j.early, id)
 		ch <- r
 		return
 	}
 	if j.waiting == nil {
-		j.waiting = map[uint32]chan<- string{}
+		j.waiting = map[uint32][]chan<- string{}
 	}
-	j.waiting[id] = ch
+	j.waiting[id] = append(j.waiting[id], ch)
 }
 
-// forget drops the wait for job id's result.
-func (j *jobResults) forget(id uint32) {
+// forget drops ch's wait for job id's result.
+func (j *jobResults) forget(id uint32, ch chan<- string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	delete(j.waiting, id)
+	chs := slices.DeleteFunc(j.waiting[id], func(c chan<- string) bool { return c == ch })
+	if len(chs) == 0 {
+		delete(j.waiting, id)
+	} else {
+		j.waiting[id] = chs
+	}
 }
 
 // jobRemoved reads systemd's JobRemoved(id, job, unit, result).
@@ -91,28 +105,16 @@ func jobRemoved(sig *dbus.Signal) (id uint32, result string, ok bool) {
 	return id, result, ok && rok
 }
 
-// queueJob calls StartUnit or StopUnit (call, on the connection it is
-// given) for unit in mode "replace", and routes the job's result to the
-// returned channel; call the returned function once it is no longer
-// wanted. Calls that queue starts go at most maxStartCalls at a time:
-// a thousand starts waiting on a busy systemd would otherwise exceed the
-// bus's pending replies per connection (dbus-daemon's default is 128), and
-// each answer would wait behind all of them.
-func (s *Systemd) queueJob(ctx context.Context, unit string, start bool) (<-chan string, func(), error) {
-	if start {
-		select {
-		case s.startCalls <- struct{}{}:
-			defer func() { <-s.startCalls }()
-		case <-ctx.Done():
-			return nil, nil, unanswered(ctx, nil)
-		}
-	}
+// queueJob calls StartUnit or StopUnit for unit in mode "replace", and
+// routes the job's result to the returned channel; call the returned
+// function once it is no longer wanted. The call holds sl (see detached).
+func (s *Systemd) queueJob(ctx context.Context, unit string, start bool, sl *slot) (<-chan string, func(), error) {
 	var id int
-	err := s.with(ctx, func(c *sd.Conn) (err error) {
+	err := s.detached(ctx, sl, func(callCtx context.Context, c *sd.Conn) (err error) {
 		if start {
-			id, err = c.StartUnitContext(ctx, unit, "replace", nil)
+			id, err = c.StartUnitContext(callCtx, unit, "replace", nil)
 		} else {
-			id, err = c.StopUnitContext(ctx, unit, "replace", nil)
+			id, err = c.StopUnitContext(callCtx, unit, "replace", nil)
 		}
 		return err
 	})
@@ -121,13 +123,69 @@ func (s *Systemd) queueJob(ctx context.Context, unit string, start bool) (<-chan
 	}
 	ch := make(chan string, 1)
 	s.jobs.expect(uint32(id), ch)
-	return ch, func() { s.jobs.forget(uint32(id)) }, nil
+	return ch, func() { s.jobs.forget(uint32(id), ch) }, nil
 }
 
-// maxStartCalls and maxStopCalls bound the StartUnit and StopUnit calls
-// waiting for systemd's answer; with the guard's reads (at most the
-// control socket's connections, 32) they stay under dbus-daemon's 128.
+// detached runs op (retried as with does, until ctx ends) and gives up
+// one hold of sl once op's last call returned; the caller stops waiting
+// when ctx ends. The call itself is not cut short by ctx, only by the
+// link's end: dbus-daemon counts a call against the connection until
+// systemd answers it, whether or not anyone still waits, and a bound on
+// calls that let go of its slots early would not hold.
+func (s *Systemd) detached(ctx context.Context, sl *slot, op func(callCtx context.Context, c *sd.Conn) error) error {
+	done := make(chan error, 1)
+	go func() {
+		defer sl.release()
+		done <- s.with(ctx, func(c *sd.Conn) error { return op(s.life, c) })
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return unanswered(ctx, nil)
+	}
+}
+
+// A slot is a place in one of the bounded pools of calls to systemd
+// (Systemd.startCalls, stopCalls, procCalls), given back once each of its
+// holders let go.
+type slot struct {
+	pool    chan struct{}
+	holders atomic.Int32
+}
+
+// takeSlot waits for a place in pool, for holders holders.
+func takeSlot(ctx context.Context, pool chan struct{}, holders int32) (*slot, error) {
+	select {
+	case pool <- struct{}{}:
+		sl := &slot{pool: pool}
+		sl.holders.Store(holders)
+		return sl, nil
+	case <-ctx.Done():
+		return nil, unanswered(ctx, nil)
+	}
+}
+
+// release lets go of one hold; the last gives the place back.
+func (sl *slot) release() {
+	if sl.holders.Add(-1) == 0 {
+		<-sl.pool
+	}
+}
+
+// The pools' sizes. A start holds its place from its StartUnit call until
+// its job ends, or for startSlotHold at most (and until the call has been
+// answered): so systemd runs at most maxStarts start jobs of this Systemd
+// at once and stays quick to answer (a state read, an operator's
+// systemctl), while a unit that takes long to start does not hold up the
+// starts behind it. StopUnit and GetUnitProcesses calls have pools of
+// their own, so that starts never hold up a stop. With the guard's reads
+// of a unit's cgroup (at most the control socket's 32 connections), the
+// calls waiting for an answer stay within dbus-daemon's default of 128
+// pending replies per connection; past it the bus refuses calls.
 const (
-	maxStartCalls = 32
-	maxStopCalls  = 48
+	maxStarts     = 32
+	startSlotHold = 2 * time.Second
+	maxStopCalls  = 40
+	maxProcCalls  = 24
 )

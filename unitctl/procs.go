@@ -34,18 +34,12 @@ const noSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
 // unload a unit whose cgroup still holds a process.
 func (s *Systemd) unitProcesses(ctx context.Context, unit string) ([]UnitProcess, error) {
 	var procs []UnitProcess
-	err := s.with(ctx, func(c *sd.Conn) error {
-		bus, err := s.busOf(c)
-		if err != nil {
-			return err
-		}
-		systemd := bus.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
-		call := systemd.CallWithContext(ctx, "org.freedesktop.systemd1.Manager.GetUnitProcesses", 0, unit)
-		if call.Err != nil {
-			return call.Err
-		}
-		return call.Store(&procs)
-	})
+	sl, err := takeSlot(ctx, s.procCalls, 1)
+	if err == nil {
+		err = s.detached(ctx, sl, func(callCtx context.Context, c *sd.Conn) error {
+			return s.listProcesses(callCtx, c, unit, &procs)
+		})
+	}
 	if dbusErrorName(err) == noSuchUnit {
 		return nil, nil
 	}
@@ -82,4 +76,18 @@ func dbusErrorName(err error) string {
 		return pderr.Name
 	}
 	return ""
+}
+
+// listProcesses is one GetUnitProcesses call on c.
+func (s *Systemd) listProcesses(ctx context.Context, c *sd.Conn, unit string, procs *[]UnitProcess) error {
+	bus, err := s.busOf(c)
+	if err != nil {
+		return err
+	}
+	systemd := bus.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
+	call := systemd.CallWithContext(ctx, "org.freedesktop.systemd1.Manager.GetUnitProcesses", 0, unit)
+	if call.Err != nil {
+		return call.Err
+	}
+	return call.Store(procs)
 }

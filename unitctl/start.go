@@ -3,6 +3,7 @@ package unitctl
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
@@ -79,12 +80,20 @@ type starting struct {
 // run reports whether the unit started; an error says why waiting ended
 // otherwise (nil when systemd answered with failure).
 func (st *starting) run(ctx context.Context) (bool, error) {
-	job, forget, err := st.s.queueJob(ctx, st.unit, true)
+	sl, err := takeSlot(ctx, st.s.startCalls, 2) // this start's hold, and its call's
+	if err != nil {
+		return false, err
+	}
+	release := sync.OnceFunc(sl.release)
+	defer release()
+	job, forget, err := st.s.queueJob(ctx, st.unit, true, sl)
 	if err != nil {
 		return false, err
 	}
 	defer forget()
 	st.job = job
+	hold := time.NewTimer(startSlotHold)
+	defer hold.Stop()
 	poll := st.s.ticker()
 	defer poll.Stop()
 	for {
@@ -103,6 +112,9 @@ func (st *starting) run(ctx context.Context) (bool, error) {
 			return false, ctx.Err()
 		case r := <-st.job:
 			st.jobResult = r
+			release()
+		case <-hold.C:
+			release()
 		case <-st.w.changes:
 			drain(st.w.changes)
 		case <-st.w.resync:

@@ -309,7 +309,12 @@ func (st *stopping) nextRecheck() <-chan time.Time {
 func (st *stopping) issue(ctx context.Context) error {
 	rctx, done := st.callCtx(ctx, "the stop job")
 	defer done()
-	job, forget, err := st.s.queueJob(rctx, st.unit, false)
+	sl, err := takeSlot(rctx, st.s.stopCalls, 1)
+	var job <-chan string
+	var forget func()
+	if err == nil {
+		job, forget, err = st.s.queueJob(rctx, st.unit, false, sl)
+	}
 	if err == nil {
 		st.forgetJob()
 		st.job, st.forget = job, forget

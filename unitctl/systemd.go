@@ -51,11 +51,11 @@ type Systemd struct {
 	reloads  reloads
 	reads    stateReads
 	jobs     jobResults
-	// startCalls and stopCalls hold a slot for each StartUnit or StopUnit
-	// call waiting for systemd's answer (queueJob).
-	startCalls, stopCalls chan struct{}
-	life                  context.Context // the links' context: godbus closes a connection when it ends
-	done                  context.CancelFunc
+	// The pools of calls to systemd (slot): starts, StopUnit and
+	// GetUnitProcesses calls.
+	startCalls, stopCalls, procCalls chan struct{}
+	life                             context.Context // the links' context: godbus closes a connection when it ends
+	done                             context.CancelFunc
 }
 
 // Dial connects to systemd and subscribes to its unit events.
@@ -72,8 +72,9 @@ func Dial(ctx context.Context, opts Options) (*Systemd, error) {
 		killSignal: int32(syscall.SIGKILL),
 		watchers:   watchers{set: map[*watcher]bool{}},
 		reloads:    reloads{set: map[chan struct{}]bool{}},
-		startCalls: make(chan struct{}, maxStartCalls),
+		startCalls: make(chan struct{}, maxStarts),
 		stopCalls:  make(chan struct{}, maxStopCalls),
+		procCalls:  make(chan struct{}, maxProcCalls),
 	}
 	s.life, s.done = context.WithCancel(context.Background())
 	if _, err := s.connection(ctx); err != nil {

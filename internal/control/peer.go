@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,16 +114,49 @@ func inCgroup(text, cg string) bool {
 	if cg == "" || cg == "/" {
 		return false
 	}
+	return slices.ContainsFunc(systemdCgroups(text), func(p string) bool { return p == cg || strings.HasPrefix(p, cg+"/") })
+}
+
+// systemdCgroups are the paths of /proc/PID/cgroup's text in the
+// hierarchies systemd's tree is in.
+func systemdCgroups(text string) []string {
+	var paths []string
 	for _, line := range strings.Split(text, "\n") {
 		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 || !(parts[0] == "0" && parts[1] == "" || parts[1] == "name=systemd") {
-			continue
-		}
-		if parts[2] == cg || strings.HasPrefix(parts[2], cg+"/") {
-			return true
+		if len(parts) == 3 && (parts[0] == "0" && parts[1] == "" || parts[1] == "name=systemd") {
+			paths = append(paths, parts[2])
 		}
 	}
-	return false
+	return paths
+}
+
+// InUnitCgroup reports whether process pid runs in a cgroup that only
+// systemd's system manager makes, for unit: /A.slice/A-B.slice/UNIT,
+// under one slice or more, every component but the unit's a slice. It
+// needs no call to systemd, which may be busy with a thousand starts when
+// the guard asks. It is never true where InCgroup with the unit's
+// ControlGroup would not be for a process systemd placed: a sub-cgroup
+// (Delegate=), a name systemd escapes in the tree (one that starts with
+// "_" may be the escaped name of another unit), a user manager's or a
+// container's unit; for those the caller asks systemd.
+func InUnitCgroup(pid int32, unit string) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return err == nil && inUnitCgroup(string(data), unit)
+}
+
+// inUnitCgroup is InUnitCgroup on the text of /proc/PID/cgroup.
+func inUnitCgroup(text, unit string) bool {
+	if unit == "" || strings.ContainsAny(unit, "/\n") || strings.HasPrefix(unit, "_") || strings.HasPrefix(unit, ".") {
+		return false
+	}
+	return slices.ContainsFunc(systemdCgroups(text), func(p string) bool {
+		dir, ok := strings.CutSuffix(p, "/"+unit)
+		if !ok || !strings.HasPrefix(dir, "/") {
+			return false
+		}
+		parts := strings.Split(dir[1:], "/")
+		return !slices.ContainsFunc(parts, func(c string) bool { return !strings.HasSuffix(c, ".slice") || c == ".slice" })
+	})
 }
 
 // secureDir makes dir, root's (or this user's) directory of mode 0700:

@@ -234,3 +234,40 @@ func TestInCgroup(t *testing.T) {
 		}
 	}
 }
+
+// TestInUnitCgroup: the guard's check that needs no call to systemd
+// admits only a cgroup systemd's system manager makes for the unit
+// (slices, then the unit), and leaves every other case to the check
+// against the ControlGroup systemd reports.
+func TestInUnitCgroup(t *testing.T) {
+	for _, c := range []struct {
+		text, unit string
+		want       bool
+	}{
+		{"0::/system.slice/db.service\n", "db.service", true},
+		{"0::/app.slice/app-db.slice/db.service\n", "db.service", true},
+		{"12:memory:/x\n1:name=systemd:/system.slice/db.service\n0::/\n", "db.service", true},
+		// A sub-cgroup of a unit with Delegate=: systemd decides.
+		{"0::/system.slice/db.service/control\n", "db.service", false},
+		// Escaped names: /system.slice/_io.service is io.service's.
+		{"0::/system.slice/_io.service\n", "_io.service", false},
+		{"0::/system.slice/__backup.service\n", "_backup.service", false},
+		{"0::/system.slice/.hidden.service\n", ".hidden.service", false},
+		// Top level, no slice: any root process can make it.
+		{"0::/db.service\n", "db.service", false},
+		{"0::/.slice/db.service\n", "db.service", false},
+		{"0::/system.slice/db.service2\n", "db.service", false},
+		{"0::/system.slice/xdb.service\n", "db.service", false},
+		{"0::/user.slice/user-0.slice/user@0.service/app.slice/db.service\n", "db.service", false},
+		{"0::/system.slice/docker.service/db.service\n", "db.service", false},
+		{"0::/machine.slice/machine-c1.scope/payload/system.slice/db.service\n", "db.service", false},
+		{"5:name=mine:/system.slice/db.service\n0::/user.slice/user-0.slice/session-3.scope\n", "db.service", false},
+		{"4:memory:/system.slice/db.service\n0::/user.slice/user-0.slice/session-3.scope\n", "db.service", false},
+		{"0::/system.slice/db.service\n", "", false},
+		{"0::/system.slice/a/b.service\n", "a/b.service", false},
+	} {
+		if got := inUnitCgroup(c.text, c.unit); got != c.want {
+			t.Errorf("%s in %q: %t, want %t", c.unit, c.text, got, c.want)
+		}
+	}
+}

@@ -147,7 +147,10 @@ func orNone(s string) string {
 // its ExecStartPre=): no other process, a root one included, can have a
 // start admitted, or learn more than that it was refused.
 func (d *Daemon) Guard(ctx context.Context, unit string) error {
-	if p, ok := control.PeerOf(ctx); ok {
+	if p, ok := control.PeerOf(ctx); ok && !control.InUnitCgroup(p.PID, unit) {
+		// Not where systemd puts a system unit's processes: ask systemd
+		// where the unit's are (a busy systemd answers late, so the
+		// common case above does without).
 		cg, err := d.sd.ControlGroup(ctx, unit)
 		if err != nil || cg == "" || !control.InCgroup(p.PID, cg) {
 			return fmt.Errorf("%s: the caller (pid %d) does not run in %s's cgroup %q: only the unit's own ExecStartPre= may ask", unit, p.PID, unit, cg)

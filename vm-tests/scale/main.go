@@ -176,6 +176,10 @@ func measureSize(ctx context.Context, redisDir, bin string, service []byte, leas
 	}
 	p.ready = time.Since(start)
 	if err := waitAllActive(ctx, n, leases, max(5*time.Minute, time.Duration(leases)*200*time.Millisecond)); err != nil {
+		// What the daemon said is what explains it.
+		out, _, _ := n.Run(ctx, "sh", "-c", "journalctl --no-pager -o short-monotonic -u unitlease.service -p warning | tail -n 40; "+
+			"journalctl --no-pager -o cat -u unitlease.service --output-fields=UNITLEASE_EVENT -o export | grep '^UNITLEASE_EVENT=' | sort | uniq -c")
+		fmt.Fprintf(os.Stderr, "scale: %d leases: the daemon's last warnings and its journal events:\n%s\n", leases, out)
 		return p, err
 	}
 	p.held = time.Since(start)
