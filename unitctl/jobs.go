@@ -136,7 +136,12 @@ func (s *Systemd) detached(ctx context.Context, sl *slot, op func(callCtx contex
 	done := make(chan error, 1)
 	go func() {
 		defer sl.release()
-		done <- s.with(ctx, func(c *sd.Conn) error { return op(s.life, c) })
+		done <- s.with(ctx, func(c *sd.Conn) error {
+			if err := ctx.Err(); err != nil {
+				return err // no call made for a caller that gave up, a retry's included
+			}
+			return op(s.life, c)
+		})
 	}()
 	select {
 	case err := <-done:
@@ -147,8 +152,8 @@ func (s *Systemd) detached(ctx context.Context, sl *slot, op func(callCtx contex
 }
 
 // A slot is a place in one of the bounded pools of calls to systemd
-// (Systemd.startCalls, stopCalls, procCalls), given back once each of its
-// holders let go.
+// (Systemd.startCalls, stopCalls, procCalls, killCalls), given back once
+// each of its holders let go.
 type slot struct {
 	pool    chan struct{}
 	holders atomic.Int32
@@ -173,19 +178,23 @@ func (sl *slot) release() {
 	}
 }
 
-// The pools' sizes. A start holds its place from its StartUnit call until
-// its job ends, or for startSlotHold at most (and until the call has been
-// answered): so systemd runs at most maxStarts start jobs of this Systemd
+// The pools' sizes. A start holds its place from before its StartUnit
+// call until its job ends, or until startSlotHold after systemd answered
+// the call: so systemd runs at most maxStarts start jobs of this Systemd
 // at once and stays quick to answer (a state read, an operator's
 // systemctl), while a unit that takes long to start does not hold up the
-// starts behind it. StopUnit and GetUnitProcesses calls have pools of
-// their own, so that starts never hold up a stop. With the guard's reads
-// of a unit's cgroup (at most the control socket's 32 connections), the
-// calls waiting for an answer stay within dbus-daemon's default of 128
-// pending replies per connection; past it the bus refuses calls.
+// starts behind it. Each start runs the guard, a process of its own: with
+// 32 at once on two cores, the daemon's renewals at 5,000 leases went
+// without the CPU to meet their deadlines; 8 keep systemd busy. StopUnit,
+// GetUnitProcesses and KillUnit calls have pools of their own, so that
+// starts never hold up a stop. With the guard's reads of a unit's cgroup
+// (at most the control socket's 32 connections), the calls waiting for an
+// answer stay within dbus-daemon's default of 128 pending replies per
+// connection; past it the bus refuses calls.
 const (
-	maxStarts     = 32
+	maxStarts     = 8
 	startSlotHold = 2 * time.Second
-	maxStopCalls  = 40
+	maxStopCalls  = 32
 	maxProcCalls  = 24
+	maxKillCalls  = 24
 )

@@ -388,9 +388,12 @@ func (st *stopping) kill(ctx context.Context) {
 	st.killed = true
 	rctx, done := st.callCtx(ctx, "the SIGKILL")
 	defer done()
-	err := st.s.with(rctx, func(c *sd.Conn) error {
-		return c.KillUnitWithTarget(rctx, st.unit, sd.All, st.s.killSignal)
-	})
+	sl, err := takeSlot(rctx, st.s.killCalls, 1)
+	if err == nil {
+		err = st.s.detached(rctx, sl, func(callCtx context.Context, c *sd.Conn) error {
+			return c.KillUnitWithTarget(callCtx, st.unit, sd.All, st.s.killSignal)
+		})
+	}
 	if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 		return
 	}

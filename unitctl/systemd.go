@@ -51,11 +51,11 @@ type Systemd struct {
 	reloads  reloads
 	reads    stateReads
 	jobs     jobResults
-	// The pools of calls to systemd (slot): starts, StopUnit and
-	// GetUnitProcesses calls.
-	startCalls, stopCalls, procCalls chan struct{}
-	life                             context.Context // the links' context: godbus closes a connection when it ends
-	done                             context.CancelFunc
+	// The pools of calls to systemd (slot): starts, StopUnit,
+	// GetUnitProcesses and KillUnit calls.
+	startCalls, stopCalls, procCalls, killCalls chan struct{}
+	life                                        context.Context // the links' context: godbus closes a connection when it ends
+	done                                        context.CancelFunc
 }
 
 // Dial connects to systemd and subscribes to its unit events.
@@ -75,6 +75,7 @@ func Dial(ctx context.Context, opts Options) (*Systemd, error) {
 		startCalls: make(chan struct{}, maxStarts),
 		stopCalls:  make(chan struct{}, maxStopCalls),
 		procCalls:  make(chan struct{}, maxProcCalls),
+		killCalls:  make(chan struct{}, maxKillCalls),
 	}
 	s.life, s.done = context.WithCancel(context.Background())
 	if _, err := s.connection(ctx); err != nil {

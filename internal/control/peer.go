@@ -131,14 +131,16 @@ func systemdCgroups(text string) []string {
 }
 
 // InUnitCgroup reports whether process pid runs in a cgroup that only
-// systemd's system manager makes, for unit: /A.slice/A-B.slice/UNIT,
-// under one slice or more, every component but the unit's a slice. It
-// needs no call to systemd, which may be busy with a thousand starts when
-// the guard asks. It is never true where InCgroup with the unit's
-// ControlGroup would not be for a process systemd placed: a sub-cgroup
-// (Delegate=), a name systemd escapes in the tree (one that starts with
-// "_" may be the escaped name of another unit), a user manager's or a
-// container's unit; for those the caller asks systemd.
+// systemd's system manager makes, for unit: /A.slice/A-B.slice/UNIT, a
+// chain of slices as systemd nests them (each named after the one above
+// it), then the unit. It needs no call to systemd, which may be busy with
+// a thousand starts when the guard asks. It is never true where InCgroup
+// with the unit's ControlGroup would not be for a process systemd placed:
+// a sub-cgroup (Delegate=), a name systemd escapes in the tree (one that
+// starts with "_" or ".", or with a controller's name and a "."), a user
+// manager's or a container's unit (a systemd inside a container nests its
+// own slices under the container's cgroup, whose name is no slice of the
+// chain); for those the caller asks systemd.
 func InUnitCgroup(pid int32, unit string) bool {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	return err == nil && inUnitCgroup(string(data), unit)
@@ -146,17 +148,64 @@ func InUnitCgroup(pid int32, unit string) bool {
 
 // inUnitCgroup is InUnitCgroup on the text of /proc/PID/cgroup.
 func inUnitCgroup(text, unit string) bool {
-	if unit == "" || strings.ContainsAny(unit, "/\n") || strings.HasPrefix(unit, "_") || strings.HasPrefix(unit, ".") {
+	if strings.ContainsAny(unit, "/\n") || escapedInCgroups(unit) {
 		return false
 	}
 	return slices.ContainsFunc(systemdCgroups(text), func(p string) bool {
 		dir, ok := strings.CutSuffix(p, "/"+unit)
-		if !ok || !strings.HasPrefix(dir, "/") {
+		return ok && strings.HasPrefix(dir, "/") && nestedSlices(strings.Split(dir[1:], "/"))
+	})
+}
+
+// cgroupControllers are the controller names systemd escapes a name for
+// (its cgroup_controller_table) and the kernel's cgroup v1 controllers,
+// which older systemd read.
+var cgroupControllers = []string{
+	"cpu", "cpuacct", "cpuset", "io", "blkio", "memory", "devices", "pids",
+	"bpf-firewall", "bpf-devices", "bpf-foreign", "bpf-socket-bind", "bpf-restrict-network-interfaces",
+	"net_cls", "net_prio", "perf_event", "hugetlb", "freezer", "rdma", "misc", "debug",
+}
+
+// escapedInCgroups reports whether systemd names name's cgroup otherwise
+// than name (cg_escape puts a "_" in front): a name that starts with "_"
+// or ".", is one of a cgroup's own files, or starts with a controller's
+// name and a ".". Broader than systemd where it errs: such a unit is
+// left to the check against its ControlGroup.
+func escapedInCgroups(name string) bool {
+	if name == "" || name[0] == '_' || name[0] == '.' || strings.HasPrefix(name, "cgroup.") ||
+		name == "notify_on_release" || name == "release_agent" || name == "tasks" {
+		return true
+	}
+	return slices.ContainsFunc(cgroupControllers, func(c string) bool { return strings.HasPrefix(name, c+".") })
+}
+
+// nestedSlices reports whether parts are slices as systemd nests them:
+// a.slice, a-b.slice, a-b-c.slice, each escaped as systemd escapes it.
+func nestedSlices(parts []string) bool {
+	prev := ""
+	for i, p := range parts {
+		name := p
+		if rest, ok := strings.CutPrefix(p, "_"); ok {
+			if name = rest; !escapedInCgroups(name) {
+				return false
+			}
+		} else if escapedInCgroups(p) {
 			return false
 		}
-		parts := strings.Split(dir[1:], "/")
-		return !slices.ContainsFunc(parts, func(c string) bool { return !strings.HasSuffix(c, ".slice") || c == ".slice" })
-	})
+		base, ok := strings.CutSuffix(name, ".slice")
+		if !ok || base == "" || strings.HasPrefix(base, "-") || strings.HasSuffix(base, "-") || strings.Contains(base, "--") {
+			return false
+		}
+		if i == 0 {
+			if strings.Contains(base, "-") {
+				return false
+			}
+		} else if rest, ok := strings.CutPrefix(base, prev+"-"); !ok || rest == "" || strings.Contains(rest, "-") {
+			return false
+		}
+		prev = base
+	}
+	return len(parts) > 0
 }
 
 // secureDir makes dir, root's (or this user's) directory of mode 0700:
