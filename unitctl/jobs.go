@@ -178,9 +178,9 @@ func (sl *slot) release() {
 	}
 }
 
-// The pools' sizes. A start holds its place from before its StartUnit
-// call until its job ends, or until startSlotHold after systemd answered
-// the call: so systemd runs at most maxStarts start jobs of this Systemd
+// The pools' sizes. A start holds its place from its StartUnit call until
+// its job ends, or for startSlotHold at most (and until the call has been
+// answered): so systemd runs at most maxStarts start jobs of this Systemd
 // at once and stays quick to answer (a state read, an operator's
 // systemctl), while a unit that takes long to start does not hold up the
 // starts behind it. Each start runs the guard, a process of its own: with

@@ -86,14 +86,14 @@ func (st *starting) run(ctx context.Context) (bool, error) {
 	}
 	release := sync.OnceFunc(sl.release)
 	defer release()
+	hold := time.NewTimer(startSlotHold)
+	defer hold.Stop()
 	job, forget, err := st.s.queueJob(ctx, st.unit, true, sl)
 	if err != nil {
 		return false, err
 	}
 	defer forget()
 	st.job = job
-	hold := time.NewTimer(startSlotHold)
-	defer hold.Stop()
 	poll := st.s.ticker()
 	defer poll.Stop()
 	for {
