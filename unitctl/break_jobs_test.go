@@ -556,10 +556,11 @@ func TestBreakMergedStartBothSeeResult(t *testing.T) {
 		err    error
 	}
 	got := make(chan res, 2)
+	pool := make(chan struct{}, 2)
 	for range 2 {
 		go func() {
 			ctx := ctxFor(t, 10*time.Second)
-			sl, err := takeSlot(ctx, s.startCalls, 1)
+			sl, err := takeSlot(ctx, pool, 1) // a pool of the test's: both calls at once
 			if err != nil {
 				got <- res{err: err}
 				return

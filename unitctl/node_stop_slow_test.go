@@ -14,43 +14,12 @@ import (
 
 // slowBus is a proxy in front of the system bus that delays every byte
 // systemd (via dbus-daemon) sends back by delay: a systemd that answers
-// every call, only late. Requests reach systemd at once. While held,
-// nothing comes back at all until release.
+// every call, only late. Requests reach systemd at once.
 type slowBus struct {
 	ln    net.Listener
 	delay atomic.Int64
 	mu    sync.Mutex
 	conns []net.Conn
-	gate  chan struct{} // nil while open; closed by release
-}
-
-// hold keeps back everything the bus sends until release.
-func (p *slowBus) hold() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gate == nil {
-		p.gate = make(chan struct{})
-	}
-}
-
-// release lets through what hold kept back, in order.
-func (p *slowBus) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gate != nil {
-		close(p.gate)
-		p.gate = nil
-	}
-}
-
-// opened waits while the proxy is held.
-func (p *slowBus) opened() {
-	p.mu.Lock()
-	gate := p.gate
-	p.mu.Unlock()
-	if gate != nil {
-		<-gate
-	}
 }
 
 func newSlowBus(t *testing.T) *slowBus {
@@ -67,10 +36,6 @@ func newSlowBus(t *testing.T) *slowBus {
 		defer p.mu.Unlock()
 		for _, c := range p.conns {
 			c.Close()
-		}
-		if p.gate != nil {
-			close(p.gate)
-			p.gate = nil
 		}
 	})
 	go func() {
@@ -121,7 +86,6 @@ func (p *slowBus) delayed(dst, src net.Conn) {
 			tm := time.NewTimer(d) // the simulated latency, not a synchronisation
 			<-tm.C
 		}
-		p.opened()
 		if _, err := dst.Write(c.b); err != nil {
 			return
 		}
@@ -195,46 +159,6 @@ func TestNodeStopSecondExecStopPostIsKilled(t *testing.T) {
 	for _, m := range []string{"sleep 86411", "sleep 86412", "sleep 86413"} {
 		if left := processesWith(m); len(left) > 0 {
 			t.Errorf("Stop returned nil with %s (%v) running", m, left)
-		}
-	}
-}
-
-// TestNodeStartsDoNotWaitForEachOthersAnswer: starts of several units
-// reach systemd together, not each after systemd answered the one
-// before. The bus holds back every answer; systemd, which gets the
-// requests, must start all the units while none of the calls has been
-// answered. (go-systemd's job channels hold one lock from a StartUnit
-// until its answer: with a systemd busy with a thousand starts, they went
-// one by one.) Not parallel: it sets DBUS_SYSTEM_BUS_ADDRESS.
-func TestNodeStartsDoNotWaitForEachOthersAnswer(t *testing.T) {
-	requireNode(t)
-	units := []string{"ul-together-1.service", "ul-together-2.service", "ul-together-3.service", "ul-together-4.service"}
-	files := map[string]string{}
-	for _, u := range units {
-		files[u] = "[Service]\nExecStart=/bin/sleep 86414\n"
-	}
-	installUnits(t, files)
-	bus := newSlowBus(t)
-	s := dialNode(t, Options{})
-	bus.hold()
-	errs := make(chan error, len(units))
-	for _, u := range units {
-		go func() { errs <- s.Start(ctxFor(t, time.Minute), u) }()
-	}
-	// systemctl talks to systemd over its private socket, not through
-	// the proxy.
-	waitFor(t, 20*time.Second, "every unit active while systemd's answers are held back", func() bool {
-		for _, u := range units {
-			if show(t, u, "ActiveState") != "active" {
-				return false
-			}
-		}
-		return true
-	})
-	bus.release()
-	for range units {
-		if err := <-errs; err != nil {
-			t.Errorf("Start once the answers came: %v", err)
 		}
 	}
 }
