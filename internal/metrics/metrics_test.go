@@ -379,3 +379,116 @@ func BenchmarkScrape(b *testing.B) {
 		})
 	}
 }
+
+// TestHandlerWritesWhatTheLibraryWould: the scrape the handler writes
+// itself is, byte for byte, what the client library's encoder writes for
+// the same families, read back with its parser: sorted, each family
+// once, escaped, floats as the library formats them; with names that
+// need escaping, a stop failed, a lease disabled and one with two units.
+func TestHandlerWritesWhatTheLibraryWould(t *testing.T) {
+	src := &fakeSource{leases: leases(4), up: true}
+	src.leases[1].Lease = `odd\lease "x"`
+	src.leases[1].Units = []string{`a\x2db.service`, "second\nline.service"}
+	src.leases[2].StopFailed, src.leases[3].Disabled = true, true
+	src.leases[0].Token, src.leases[0].Age = 1<<53+1, 1234567*time.Microsecond
+	m := newTest(t, src)
+	m.Lease("lease-0001").Journaled(policy.JournalAcquired, policy.CauseNone)
+	m.Lease(src.leases[1].Lease)
+	w := httptest.NewRecorder()
+	m.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, Path, nil))
+	if w.Code != 200 {
+		t.Fatalf("status %d", w.Code)
+	}
+	if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Errorf("Content-Type %q", ct)
+	}
+	mfs, err := m.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&want, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := w.Body.String()
+	// The runtime's and the process's figures move between two reads.
+	strip := func(s string) string {
+		var keep []string
+		for _, l := range strings.Split(s, "\n") {
+			if !strings.Contains(l, "go_") && !strings.Contains(l, "process_") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n")
+	}
+	if strip(got) != strip(want.String()) {
+		t.Errorf("the handler wrote\n%s\nthe library would write\n%s", strip(got), strip(want.String()))
+	}
+	for _, s := range []string{
+		`unitlease_unit_info{lease="odd\\lease \"x\"",unit="a\\x2db.service"} 1`,
+		`unitlease_unit_info{lease="odd\\lease \"x\"",unit="second\nline.service"} 1`,
+		`unitlease_lease_token{lease="lease-0001"} 9.007199254740992e+15`,
+		`unitlease_lease_age_seconds{lease="lease-0001"} 1.234567`,
+		`unitlease_lease_stop_failed{lease="lease-0003"} 1`,
+		`unitlease_lease_disabled{lease="lease-0004"} 1`,
+		`unitlease_acquisitions_total{lease="lease-0001"} 1`,
+		"unitlease_leases 4",
+	} {
+		if !strings.Contains(got, s+"\n") {
+			t.Errorf("no line %s", s)
+		}
+	}
+}
+
+// TestHandlerRefusesAThirdScrape: two scrapes at once are served, a
+// third gets 503 until one ends.
+func TestHandlerRefusesAThirdScrape(t *testing.T) {
+	block := make(chan struct{})
+	src := &blockingSource{fakeSource: fakeSource{leases: leases(1), up: true}, block: block, entered: make(chan struct{}, 2)}
+	m := New(src, Options{Version: "1", LeaseSpan: time.Second, CrashBound: time.Second})
+	h := m.Handler()
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, Path, nil))
+			done <- w.Code
+		}()
+	}
+	<-src.entered
+	<-src.entered
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, Path, nil))
+	if w.Code != http.StatusServiceUnavailable {
+		t.Errorf("third scrape: %d, want 503", w.Code)
+	}
+	close(block)
+	for range 2 {
+		if c := <-done; c != 200 {
+			t.Errorf("a scrape in flight: %d", c)
+		}
+	}
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, Path, nil))
+	if w.Code != 200 {
+		t.Errorf("a scrape after: %d", w.Code)
+	}
+}
+
+// blockingSource holds each RedisUp until block closes.
+type blockingSource struct {
+	fakeSource
+	block   chan struct{}
+	entered chan struct{}
+}
+
+func (b *blockingSource) RedisUp(context.Context) bool {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.block
+	return true
+}

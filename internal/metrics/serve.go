@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 )
 
 // Path is where the metrics are served.
@@ -25,28 +25,59 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// Handler serves m's registry at Path, a line pointing there at /, and
-// 404 elsewhere. At most two scrapes run at once. A scrape is written as
-// it is encoded, not buffered whole (a timeout handler would: 333 KB
-// grown in steps at a thousand leases); what bounds it is that Redis's
-// two answers come within reply_max, and Serve's write timeout. It does
-// not compress: gzip would cost
-// the daemon more than the scrape itself (a compressor's 650 KB of state
-// for each scrape, its pool emptied by the collections between two, and
-// the deflate), to save a Prometheus on the network a few hundred
-// kilobytes at a thousand leases.
+// Handler serves m's registry and the leases' series at Path, a line
+// pointing there at /, and 404 elsewhere. At most two scrapes run at
+// once; a third gets 503, as the client library's handler does it. A
+// scrape is in the text format (version 0.0.4, which every Prometheus
+// reads) whatever the scraper offers, and written as it is encoded, 16
+// KB at a time, not buffered whole: what bounds it is that Redis's two
+// answers come within reply_max, and Serve's write timeout. It does not
+// compress: gzip would cost the daemon more than the scrape itself (a
+// compressor's 650 KB of state for each scrape, its pool emptied by the
+// collections between two, and the deflate), to save a Prometheus on the
+// network a few hundred kilobytes at a thousand leases.
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(Path, promhttp.HandlerFor(m.Gatherer(), promhttp.HandlerOpts{
-		MaxRequestsInFlight: 2,
-		ErrorHandling:       promhttp.ContinueOnError,
-		OfferedCompressions: []promhttp.Compression{promhttp.Identity},
-	}))
+	mux.Handle(Path, &scrapeHandler{m: m, inFlight: make(chan struct{}, 2)})
 	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintf(w, "unitlease: metrics at %s\n", Path)
 	})
 	return mux
+}
+
+// textFormat is the Content-Type of a scrape.
+var textFormat = string(expfmt.NewFormat(expfmt.TypeTextPlain))
+
+type scrapeHandler struct {
+	m        *Metrics
+	inFlight chan struct{}
+}
+
+func (h *scrapeHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case h.inFlight <- struct{}{}:
+		defer func() { <-h.inFlight }()
+	default:
+		http.Error(w, "unitlease: two scrapes are running already", http.StatusServiceUnavailable)
+		return
+	}
+	// What the registry gathered is served even if a collector failed
+	// (none of this package's can).
+	fams, _ := h.m.reg.Gather()
+	w.Header().Set("Content-Type", textFormat)
+	tw := &textWriter{w: w, b: make([]byte, 0, flushAt+4<<10)}
+	i := 0
+	registry := func(before string) {
+		for ; i < len(fams) && (before == "" || fams[i].GetName() < before); i++ {
+			if tw.flush() == nil {
+				_, tw.err = expfmt.MetricFamilyToText(w, fams[i])
+			}
+		}
+	}
+	h.m.writeLeases(tw, registry)
+	registry("")
+	_ = tw.flush() // a scraper gone is no error of the daemon's
 }
 
 // Serve serves h on l, in plain HTTP, until ctx ends; a response that
