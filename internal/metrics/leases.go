@@ -135,15 +135,6 @@ func sortedFamilies(fs []leaseFamily) []leaseFamily {
 	return fs
 }
 
-// leaseNames is every name writeLeases may write, for Names.
-func leaseNames() []string {
-	names := []string{nameLeases}
-	for _, f := range leaseFamilies {
-		names = append(names, f.name)
-	}
-	return names
-}
-
 // writeLeases writes the leases' families in the text format, sorted by
 // name. Before each, it calls before with the family's name (when
 // before is not nil), for the caller to write the registry's families
