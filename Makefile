@@ -120,6 +120,8 @@ package:
 	rm -rf $(STAGE) && mkdir -p $(STAGE)
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) $(GO) build -trimpath -buildvcs=false \
 	  -ldflags '$(LDFLAGS)' -o $(STAGE)/unitlease ./cmd/unitlease
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) $(GO) build -trimpath -buildvcs=false \
+	  -ldflags '-s -w' -o $(STAGE)/unitlease-launcher ./cmd/launcher
 	for page in unitlease.8 unitlease.toml.5; do \
 	  $(GO) run $(MD2MAN) -in packaging/man/$$page.md -out $(STAGE)/$$page && gzip -9n $(STAGE)/$$page || exit 1; \
 	done

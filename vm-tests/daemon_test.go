@@ -23,13 +23,14 @@ import (
 // and the witness as demo.service, annotated for the lease "demo".
 
 var (
-	buildOnce                sync.Once
-	unitleaseBin, witnessBin string
-	buildErr                 error
+	buildOnce    sync.Once
+	unitleaseBin Programs
+	witnessBin   string
+	buildErr     error
 )
 
 // binaries builds unitlease and the witness once per package run.
-func binaries(t *testing.T) (string, string) {
+func binaries(t *testing.T) (Programs, string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "ul-bin-")
@@ -37,9 +38,9 @@ func binaries(t *testing.T) (string, string) {
 			buildErr = err
 			return
 		}
-		unitleaseBin, witnessBin = filepath.Join(dir, "unitlease"), filepath.Join(dir, "witness")
+		witnessBin = filepath.Join(dir, "witness")
 		ctx := context.Background()
-		if buildErr = BuildStatic(ctx, "../cmd/unitlease", unitleaseBin); buildErr == nil {
+		if unitleaseBin, buildErr = BuildUnitlease(ctx, "..", dir); buildErr == nil {
 			buildErr = BuildStatic(ctx, "./testdata/witness", witnessBin)
 		}
 	})

@@ -22,13 +22,14 @@ profile = "quick"
 
 // DeployOptions say what to install.
 type DeployOptions struct {
-	Unitlease, Witness string // static binaries on the host
-	Service            []byte // unitlease.service
-	RedisAddr          string // host:port on the host's loopback
-	Timing             string // the [timing] table; default FastTiming
-	SharedDir          string // the host directory bound at /shared in every node
-	WitnessName        string // names the witness's lock and log in SharedDir
-	WitnessArgs        string // e.g. "-on-term ignore"
+	Unitlease   Programs
+	Witness     string // a static binary on the host
+	Service     []byte // unitlease.service
+	RedisAddr   string // host:port on the host's loopback
+	Timing      string // the [timing] table; default FastTiming
+	SharedDir   string // the host directory bound at /shared in every node
+	WitnessName string // names the witness's lock and log in SharedDir
+	WitnessArgs string // e.g. "-on-term ignore"
 }
 
 // Deployment is unitlease running on some nodes, each reaching Redis
@@ -73,7 +74,7 @@ func (d *Deployment) install(ctx context.Context, n *Node) error {
 	d.Proxies = append(d.Proxies, p)
 	conf := fmt.Sprintf("node = %q\n[redis]\nurl = \"redis://%s/0\"\n%s", n.Name, p.Addr(), d.opts.Timing)
 	steps := []error{
-		n.CopyIn(ctx, d.opts.Unitlease, "/usr/bin/unitlease", 0o755),
+		d.opts.Unitlease.Install(ctx, n),
 		n.CopyIn(ctx, d.opts.Witness, "/usr/local/bin/ul-witness", 0o755),
 		n.WriteFile(ctx, "/etc/systemd/system/unitlease.service", d.opts.Service, 0o644),
 		n.WriteFile(ctx, "/etc/unitlease/unitlease.toml", []byte(conf), 0o640),

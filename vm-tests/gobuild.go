@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -53,4 +54,33 @@ func Make(ctx context.Context, dir string, env []string, args ...string) (string
 		return "", fmt.Errorf("make %s: %w\n%s%s", strings.Join(args, " "), err, out.Bytes(), errOut.Bytes())
 	}
 	return strings.TrimSpace(out.String()), nil
+}
+
+// Programs is unitlease built as the packages install it: the launcher at
+// /usr/bin/unitlease, which answers the guard itself and execs the full
+// program, at /usr/libexec/unitlease/unitlease, for every other command.
+type Programs struct {
+	Launcher, Program string // static binaries on the host
+}
+
+// BuildUnitlease builds both programs into dir; root is the module's
+// directory relative to the current one ("." or ".."), flags go to both
+// builds.
+func BuildUnitlease(ctx context.Context, root, dir string, flags ...string) (Programs, error) {
+	p := Programs{Launcher: filepath.Join(dir, "unitlease-launcher"), Program: filepath.Join(dir, "unitlease")}
+	if err := BuildStatic(ctx, "./"+filepath.Join(root, "cmd/launcher"), p.Launcher, flags...); err != nil {
+		return Programs{}, err
+	}
+	if err := BuildStatic(ctx, "./"+filepath.Join(root, "cmd/unitlease"), p.Program, flags...); err != nil {
+		return Programs{}, err
+	}
+	return p, nil
+}
+
+// Install copies both programs into n where the packages put them.
+func (p Programs) Install(ctx context.Context, n *Node) error {
+	if err := n.CopyIn(ctx, p.Launcher, "/usr/bin/unitlease", 0o755); err != nil {
+		return err
+	}
+	return n.CopyIn(ctx, p.Program, "/usr/libexec/unitlease/unitlease", 0o755)
 }

@@ -399,7 +399,7 @@ func testPackageInChroot(t *testing.T, p *pkgBuilds) {
 			}
 		}
 		pkgHost(t, "chroot", root, "env", "-i", "PATH="+sbinPath, "dpkg", "--purge", "unitlease")
-		pkgGone(t, root, wants, "/etc/unitlease", "/usr/bin/unitlease")
+		pkgGone(t, root, wants, "/etc/unitlease", "/usr/bin/unitlease", "/usr/libexec/unitlease")
 	})
 	t.Run("rpm", func(t *testing.T) {
 		root := pkgChroot(t, rootfs, p.rpm, p.upRPM)
@@ -412,7 +412,7 @@ func testPackageInChroot(t *testing.T, p *pkgBuilds) {
 			}
 		}
 		pkgHost(t, "rpm", "--root", root, "-e", "--nodeps", "unitlease")
-		pkgGone(t, root, wants, "/etc/unitlease", "/usr/bin/unitlease")
+		pkgGone(t, root, wants, "/etc/unitlease", "/usr/bin/unitlease", "/usr/libexec/unitlease")
 	})
 }
 
@@ -658,7 +658,7 @@ func testPackageInstallUpgradeRemovePurge(t *testing.T, p *pkgBuilds) {
 		t.Errorf("removal's events %v lack released", evs)
 	}
 	for path, want := range map[string]bool{
-		"/usr/bin/unitlease": false, "/run/systemd/system/ul-pkg.service.d": false, "/etc/unitlease/unitlease.toml": true,
+		"/usr/bin/unitlease": false, "/usr/libexec/unitlease/unitlease": false, "/run/systemd/system/ul-pkg.service.d": false, "/etc/unitlease/unitlease.toml": true,
 	} {
 		if got := pn.exists(path); got != want {
 			t.Errorf("after removal, %s exists: %t, want %t", path, got, want)

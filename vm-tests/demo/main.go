@@ -43,11 +43,13 @@ func demo(ctx context.Context) error {
 	}
 	defer os.RemoveAll(tmp)
 	say("building unitlease and the demo unit's program")
-	bin, wit := filepath.Join(tmp, "unitlease"), filepath.Join(tmp, "witness")
-	for pkg, out := range map[string]string{"./cmd/unitlease": bin, "./vm-tests/testdata/witness": wit} {
-		if err := vmtests.BuildStatic(ctx, pkg, out); err != nil {
-			return err
-		}
+	bin, err := vmtests.BuildUnitlease(ctx, ".", tmp)
+	if err != nil {
+		return err
+	}
+	wit := filepath.Join(tmp, "witness")
+	if err := vmtests.BuildStatic(ctx, "./vm-tests/testdata/witness", wit); err != nil {
+		return err
 	}
 	service, err := os.ReadFile("packaging/unitlease.service")
 	if err != nil {

@@ -96,8 +96,8 @@ func run(ctx context.Context, sizes []int, measure, every time.Duration) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "unitlease")
-	if err := vmtests.BuildStatic(ctx, "./cmd/unitlease", bin, buildFlags()...); err != nil {
+	bin, err := vmtests.BuildUnitlease(ctx, ".", tmp, buildFlags()...)
+	if err != nil {
 		return err
 	}
 	service, err := os.ReadFile("packaging/unitlease.service")
@@ -146,7 +146,7 @@ type point struct {
 
 // measureSize boots a node with leases units and a Redis of its own and
 // measures systemd alone, then the daemon.
-func measureSize(ctx context.Context, redisDir, bin string, service []byte, leases int, measure, every time.Duration) (point, error) {
+func measureSize(ctx context.Context, redisDir string, bin vmtests.Programs, service []byte, leases int, measure, every time.Duration) (point, error) {
 	p := point{leases: leases}
 	if err := os.Mkdir(redisDir, 0o700); err != nil {
 		return p, err
@@ -261,9 +261,9 @@ func buildFlags() []string {
 	return nil
 }
 
-func install(ctx context.Context, n *vmtests.Node, bin string, service []byte, redisAddr, metricsAddr string, leases int) error {
+func install(ctx context.Context, n *vmtests.Node, bin vmtests.Programs, service []byte, redisAddr, metricsAddr string, leases int) error {
 	conf := fmt.Sprintf("node = %q\n[redis]\nurl = \"redis://%s/0\"\npool_size = 32\n[metrics]\nenabled = true\nlisten = %q\n%s", n.Name, redisAddr, metricsAddr, timing)
-	if err := n.CopyIn(ctx, bin, "/usr/bin/unitlease", 0o755); err != nil {
+	if err := bin.Install(ctx, n); err != nil {
 		return err
 	}
 	if err := n.WriteFile(ctx, "/etc/systemd/system/unitlease.service", service, 0o644); err != nil {
