@@ -43,3 +43,40 @@ func TestIneligibleStandbyIsQuiet(t *testing.T) {
 	d.after(0, ev(Ineligible)).want(Standby).journal("")
 	d.after(0, ev(Eligible)).want(Standby).journal("")
 }
+
+// TestStartsIneligibleAgesTheSpanButAcquiresOnlyOnceEligible: a machine
+// made with Config.Ineligible (its drop-in not yet checked) stops the
+// unit and observes the record like any other; long past the lease span
+// over an unchanged record, and over a released one, it acquires
+// nothing; once eligible, the span it already aged counts, and it
+// acquires at its next observation.
+func TestStartsIneligibleAgesTheSpanButAcquiresOnlyOnceEligible(t *testing.T) {
+	tm := DefaultTiming()
+	m, err := New(Config{Timing: tm, Seed: 1, Ineligible: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Ineligible() {
+		t.Fatal("Config.Ineligible: Ineligible() is false")
+	}
+	d := &driver{t: t, m: m}
+	d.at(0, ev(Tick)).want(Stopping, StopUnit)
+	d.at(0, ev(UnitStopped)).want(Standby, Observe).journal(JournalStopped)
+	d.at(0, seen(held("b", 1))).want(Standby)
+	for d.m.Age(d.now) < 3*tm.SafeMinimum() {
+		d.wake().want(Standby, Observe)
+		d.after(0, seen(held("b", 1))).want(Standby)
+	}
+	d.after(0, seen(released("b", 2))).want(Standby)
+	d.after(0, seen(held("b", 1))).want(Standby)
+	for d.m.Age(d.now) < tm.SafeMinimum() {
+		d.wake().want(Standby, Observe)
+		d.after(0, seen(held("b", 1))).want(Standby)
+	}
+	d.after(0, ev(Eligible)).want(Standby)
+	if d.m.Ineligible() {
+		t.Fatal("Eligible: Ineligible() is still true")
+	}
+	d.wake().want(Standby, Observe)
+	d.after(0, seen(held("b", 1))).want(Acquiring, Acquire)
+}

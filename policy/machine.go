@@ -33,6 +33,11 @@ type Config struct {
 	// Withdrawn starts the machine withdrawn (see Withdraw): the node
 	// was drained before the daemon started.
 	Withdrawn bool
+	// Ineligible starts the machine ineligible (see Ineligible): it
+	// stops the unit and observes the record, so the lease span ages,
+	// but acquires nothing until an Eligible event (the daemon still
+	// writes and checks the unit's drop-in).
+	Ineligible bool
 }
 
 // Machine is one node's policy for one lease: standby and leader in one
@@ -126,7 +131,7 @@ func New(c Config) (Machine, error) {
 		return Machine{}, fmt.Errorf("policy: renew grid %v must be between 0 and retry (%v)", c.RenewGrid, t.Retry)
 	}
 	return Machine{t: t, grid: Instant(c.RenewGrid), state: Stopping, cause: CauseStartup, rng: c.Seed, identified: c.Identified,
-		node: c.Node, withdrawn: c.Withdrawn}, nil
+		node: c.Node, withdrawn: c.Withdrawn, ineligible: c.Ineligible}, nil
 }
 
 // handle dispatches e to its transition. Each first checks that the event
@@ -291,6 +296,10 @@ func (m Machine) State() State { return m.state }
 // Withdrawn reports whether the node stays out of the competition for
 // the lease (Withdraw, or Config.Withdrawn).
 func (m Machine) Withdrawn() bool { return m.withdrawn }
+
+// Ineligible reports whether the node must not acquire the lease
+// (Ineligible, or Config.Ineligible).
+func (m Machine) Ineligible() bool { return m.ineligible }
 
 // Cause is why the node last began to stop.
 func (m Machine) Cause() Cause { return m.cause }

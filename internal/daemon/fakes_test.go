@@ -307,6 +307,9 @@ type fakeSystemd struct {
 	stuck       map[string]bool          // Stop fails
 	slow        map[string]chan struct{} // Stop waits for the channel to close: systemd answers late
 	slowCheck   chan struct{}            // Validate waits for it to close, if set
+	slowInstall chan struct{}            // Install waits for it to close, if set
+	badDropIn   map[string]bool          // Install fails the unit's drop-in
+	installed   []string                 // the units of every Install, in order
 	refused     map[string]bool          // Validate refuses
 	validated   int                      // Validate calls
 	uninstalled []string
@@ -420,8 +423,26 @@ func (f *fakeSystemd) Validate(_ context.Context, unit string, _ unitctl.Config)
 	return &unitctl.Plan{Unit: unit}, nil
 }
 
-func (f *fakeSystemd) Install(context.Context, []*unitctl.Plan) (map[string]error, error) {
-	return nil, nil
+func (f *fakeSystemd) Install(_ context.Context, plans []*unitctl.Plan) (map[string]error, error) {
+	f.mu.Lock()
+	slow := f.slowInstall
+	f.mu.Unlock()
+	if slow != nil {
+		<-slow
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var failed map[string]error
+	for _, p := range plans {
+		f.installed = append(f.installed, p.Unit)
+		if f.badDropIn[p.Unit] {
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[p.Unit] = fmt.Errorf("%s: %w: overridden by a later drop-in", p.Unit, unitctl.ErrDropIn)
+		}
+	}
+	return failed, nil
 }
 
 func (f *fakeSystemd) Recheck(context.Context, []*unitctl.Plan) (map[string]error, error) {

@@ -218,9 +218,15 @@ func (d *Daemon) validate(ctx context.Context, groups map[string][]string, lease
 	return checks
 }
 
-// install validates the units of the added leases, writes their drop-ins
-// in one batch with one daemon-reload, and starts a supervisor for every
-// lease whose units all passed.
+// install validates the units of the added leases, starts a supervisor
+// for every lease whose units all passed, ineligible, writes their
+// drop-ins in one batch with one daemon-reload, and makes each lease
+// whose drop-ins are in effect eligible. Meanwhile the supervisors stop
+// the units (rule 6) and observe the records, so the lease span a cold
+// cluster waits out ages while systemd reloads: an ineligible supervisor
+// acquires nothing, so no unit starts before its guard is in place. A
+// lease whose drop-in could not be written is removed again: its units
+// stopped, never started here.
 func (d *Daemon) install(ctx context.Context, groups map[string][]string, added []string) {
 	var plans []*unitctl.Plan
 	refused := map[string]bool{}
@@ -240,11 +246,21 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 	if len(plans) == 0 {
 		return // no reload: Install of nothing would still reload, and wake this again
 	}
+	d.setPhase(fmt.Sprintf("starting the supervisors of %d leases", len(added)-len(refused)))
+	var started []string
+	for _, lease := range added {
+		if !refused[lease] {
+			d.add(ctx, lease, groups[lease], true)
+			started = append(started, lease)
+		}
+	}
 	d.setPhase(fmt.Sprintf("writing the drop-ins of %d units, reloading systemd", len(plans)))
 	failed, err := d.sd.Install(ctx, plans)
 	if err != nil {
 		d.problem(d.configError(err, ""))
-		return
+		for _, lease := range started {
+			refused[lease] = true
+		}
 	}
 	for u, err := range failed {
 		d.problem(d.configError(err, u))
@@ -255,10 +271,23 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 			}
 		}
 	}
-	d.setPhase(fmt.Sprintf("starting the supervisors of %d leases", len(added)))
-	for _, lease := range added {
-		if !refused[lease] {
-			d.add(ctx, lease, groups[lease])
+	keep := map[string]bool{} // drop-ins stay as Install left them
+	for _, units := range groups {
+		for _, u := range units {
+			keep[u] = true
+		}
+	}
+	d.setPhase(fmt.Sprintf("making %d leases eligible", len(started)))
+	for _, lease := range started {
+		d.mu.Lock()
+		r := d.sups[lease]
+		d.mu.Unlock()
+		switch {
+		case r == nil:
+		case refused[lease]:
+			d.remove(ctx, lease, keep)
+		default:
+			r.sup.SetEligibleSoon(true)
 		}
 	}
 }
@@ -367,11 +396,12 @@ func (d *Daemon) problem(p string) {
 // first renewal comes early, by less than a tenth of retry.
 const RenewGrid = 10
 
-// add starts a supervisor; its first step stops the units (rule 6).
-func (d *Daemon) add(ctx context.Context, lease string, units []string) {
+// add starts a supervisor; its first step stops the units (rule 6). An
+// ineligible one acquires nothing until SetEligible(true).
+func (d *Daemon) add(ctx context.Context, lease string, units []string, ineligible bool) {
 	_, identified := d.store.(interface{ Identifies() })
 	m, err := policy.New(policy.Config{Timing: d.cfg.Timing, Seed: rand.Uint64(), RenewGrid: d.cfg.Timing.Retry / RenewGrid,
-		Identified: identified, Node: d.cfg.Node, Withdrawn: d.withdrawn(lease)})
+		Identified: identified, Node: d.cfg.Node, Withdrawn: d.withdrawn(lease), Ineligible: ineligible})
 	if err != nil {
 		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
 		return

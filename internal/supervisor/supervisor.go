@@ -117,14 +117,15 @@ type Supervisor struct {
 	ended   bool            // ctx ended: events are dropped; guarded by mu
 	done    chan struct{}   // closed once ended is set
 
-	nudged     atomic.Bool                 // a nudge is on its way to a step
-	ineligible atomic.Bool                 // the last SetEligible said no
-	withdrawn  atomic.Bool                 // the last SetWithdrawn said yes (or the machine began withdrawn)
-	delay      atomic.Int64                // the last SetDelay's
-	busy       atomic.Int64                // 1 + the Instant a step began, or 0 between steps
-	due        atomic.Int64                // 1 + the Instant of the next wake-up, or 0 for none
-	stopping   atomic.Pointer[pendingStop] // a stop due by a deadline that systemd does not have yet
-	status     atomic.Pointer[Status]
+	nudged      atomic.Bool                 // a nudge is on its way to a step
+	ineligible  atomic.Bool                 // the last SetEligible said no
+	eligibility atomic.Bool                 // SetEligibleSoon changed ineligible: the next deliver steps it
+	withdrawn   atomic.Bool                 // the last SetWithdrawn said yes (or the machine began withdrawn)
+	delay       atomic.Int64                // the last SetDelay's
+	busy        atomic.Int64                // 1 + the Instant a step began, or 0 between steps
+	due         atomic.Int64                // 1 + the Instant of the next wake-up, or 0 for none
+	stopping    atomic.Pointer[pendingStop] // a stop due by a deadline that systemd does not have yet
+	status      atomic.Pointer[Status]
 	// OnUnitFailed, if set before Start, is called from the step that
 	// journals unit_failed (a unit failed while held, or its start
 	// failed); it must not block, nor call back into the supervisor.
@@ -154,6 +155,7 @@ func New(lease string, units []string, node string, m policy.Machine, store Reco
 	}
 	s.bound, _ = store.(UnitRecords)
 	s.withdrawn.Store(m.Withdrawn())
+	s.ineligible.Store(m.Ineligible())
 	s.publish(s.clock(), "")
 	return s
 }
@@ -204,6 +206,7 @@ func (s *Supervisor) tick() {
 
 // deliver steps the machine with ev and carries out what it asks.
 func (s *Supervisor) deliver(ev policy.Event) {
+	s.flushEligibility()
 	var out policy.Output
 	if s.step(ev, &out) {
 		s.carry(&out)
@@ -499,6 +502,31 @@ func (s *Supervisor) SetEligible(ctx context.Context, ok bool) {
 		kind = policy.Ineligible
 	}
 	s.send(ctx, policy.Event{Kind: kind})
+}
+
+// SetEligibleSoon is SetEligible without an event of its own: it sets
+// the flag and returns at once; the supervisor's next step of its own
+// (its timer's tick, or an action's result) first steps the machine with
+// it. Nothing is lost by the wait: a standby acquires only on an
+// observation, and the tick that asks for the next one comes first. The
+// first discovery makes a thousand leases eligible at once with it,
+// without a goroutine each, and a supervisor whose step hangs holds
+// none of the others back. A later SetEligible has the last word.
+func (s *Supervisor) SetEligibleSoon(ok bool) {
+	if s.ineligible.Swap(!ok) != !ok {
+		s.eligibility.Store(true)
+	}
+}
+
+// flushEligibility steps the machine with the eligibility that
+// SetEligibleSoon set, if any.
+func (s *Supervisor) flushEligibility() {
+	if s.eligibility.Swap(false) {
+		var out policy.Output
+		if s.step(policy.Event{Kind: policy.Eligible}, &out) { // lastWord: the flag's
+			s.carry(&out)
+		}
+	}
 }
 
 // UnitFailed reports that a unit failed or stopped behind the daemon's back.
