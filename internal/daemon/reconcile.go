@@ -225,8 +225,9 @@ func (d *Daemon) validate(ctx context.Context, groups map[string][]string, lease
 // the units (rule 6) and observe the records, so the lease span a cold
 // cluster waits out ages while systemd reloads: an ineligible supervisor
 // acquires nothing, so no unit starts before its guard is in place. A
-// lease whose drop-in could not be written is removed again: its units
-// stopped, never started here.
+// lease whose drop-in could not be written is removed again, never
+// started here (its units stopped if its first step got that far, else
+// left as they were, as a refused unit's are).
 func (d *Daemon) install(ctx context.Context, groups map[string][]string, added []string) {
 	var plans []*unitctl.Plan
 	refused := map[string]bool{}
