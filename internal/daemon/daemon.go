@@ -127,6 +127,12 @@ type Daemon struct {
 
 	mu   sync.Mutex
 	sups map[string]*running // by lease
+	// byUnit is the supervisor of each unit in sups, for the guard and
+	// the watch of every start and stop (a scan of sups would cost each
+	// of them the number of leases). A unit belongs to one lease at a
+	// time: a lease waits to be added while a unit of it is still being
+	// removed under another (notRemoving).
+	byUnit map[string]*supervisor.Supervisor
 	// ended are supervisors no longer in sups whose stop, due by a
 	// deadline, systemd did not have yet when they ended: the watchdog
 	// keeps reading them until it does.
@@ -160,7 +166,7 @@ type running struct {
 func New(cfg *config.Config, log *slog.Logger, store LeaseStore, sd Manager, ucfg unitctl.Config, notify func(string)) *Daemon {
 	ucfg.StopWait = cfg.Timing.StopWait
 	return &Daemon{cfg: cfg, log: log.With(logging.Node, cfg.Node), supLog: log, store: store, sd: sd, ucfg: ucfg,
-		clock: supervisor.BootClock(), notify: notify, sups: map[string]*running{}, again: make(chan struct{}, 1),
+		clock: supervisor.BootClock(), notify: notify, sups: map[string]*running{}, byUnit: map[string]*supervisor.Supervisor{}, again: make(chan struct{}, 1),
 		steerNow: make(chan struct{}, 1), steerDone: make(chan string)}
 }
 
@@ -256,10 +262,7 @@ func (d *Daemon) target(name string) (*supervisor.Supervisor, error) {
 
 // supervisorOf returns the supervisor of the lease unit belongs to.
 func (d *Daemon) supervisorOf(unit string) *supervisor.Supervisor {
-	for _, s := range d.supervisors() {
-		if slices.Contains(s.Units, unit) {
-			return s
-		}
-	}
-	return nil
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.byUnit[unit]
 }

@@ -418,6 +418,9 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string, ineligib
 	sup.Start(sctx)
 	d.mu.Lock()
 	d.sups[lease] = &running{sup: sup, cancel: cancel}
+	for _, u := range units {
+		d.byUnit[u] = sup
+	}
 	d.mu.Unlock()
 	// A drain (or an exclusion) that read the supervisors before this one
 	// was among them, but after the machine's withdrawal was read above,
@@ -477,6 +480,11 @@ func (d *Daemon) end(ctx context.Context, lease string, r *running, keep map[str
 	<-r.sup.Done()
 	d.mu.Lock()
 	delete(d.sups, lease)
+	for _, u := range r.sup.Units {
+		if d.byUnit[u] == r.sup {
+			delete(d.byUnit, u)
+		}
+	}
 	if d.metrics != nil {
 		d.metrics.Forget(lease)
 	}
