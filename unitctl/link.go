@@ -150,14 +150,20 @@ func ping(ctx context.Context, conn *dbus.Conn) error {
 
 // subscribe routes units' PropertiesChanged and JobRemoved to l.signals
 // and asks systemd to send them. On the bus match rules select the
-// signals; a direct connection gets every signal of systemd.
+// signals (of units, only their Unit interface's); a direct connection
+// gets every signal of systemd.
 func (l *link) subscribe(ctx context.Context, private bool) error {
 	if !private {
 		err := l.events.AddMatchSignalContext(ctx,
 			dbus.WithMatchSender("org.freedesktop.systemd1"),
 			dbus.WithMatchInterface("org.freedesktop.DBus.Properties"),
 			dbus.WithMatchMember("PropertiesChanged"),
-			dbus.WithMatchPathNamespace("/org/freedesktop/systemd1/unit"))
+			dbus.WithMatchPathNamespace("/org/freedesktop/systemd1/unit"),
+			// The Unit interface's changes only (unitChange reads no
+			// other): each start or stop also changes the Service
+			// interface's properties, a signal several times larger,
+			// which the bus then neither routes nor the daemon decodes.
+			dbus.WithMatchArg(0, "org.freedesktop.systemd1.Unit"))
 		for _, member := range []string{"JobRemoved", "Reloading"} {
 			if err == nil {
 				err = l.events.AddMatchSignalContext(ctx,
