@@ -17,6 +17,14 @@ type Plan struct {
 	Unit     string
 	DropIn   []byte   // the contents of DropInPath(Unit)
 	Warnings []string // what the drop-in overrides, for the log
+	// InEffect, if set, is called once Install (or Recheck) has checked
+	// the drop-in in effect, before Install returns: the caller may act
+	// on each unit as soon as it is checked, not only once all are. It
+	// may be called from several goroutines at once, at most once per
+	// Install or Recheck. A unit it was called for may still be
+	// among Install's failures if a second reload was needed and the
+	// check after it failed.
+	InEffect func()
 
 	cfg       Config
 	killMode  string

@@ -87,13 +87,14 @@ func (s *Systemd) install(ctx context.Context, plans []*Plan, reloadToCheck bool
 			return nil, err
 		}
 	}
-	failed := s.verify(ctx, plans)
+	called := make([]bool, len(plans)) // each InEffect once, over both checks
+	failed := s.verify(ctx, plans, called)
 	if len(failed) > 0 && !changed && reloadToCheck {
 		// On disk but not in effect: systemd has not read it yet.
 		if err := s.reload(ctx); err != nil {
 			return nil, err
 		}
-		failed = s.verify(ctx, plans)
+		failed = s.verify(ctx, plans, called)
 	}
 	return failed, nil
 }
@@ -106,19 +107,28 @@ func (s *Systemd) install(ctx context.Context, plans []*Plan, reloadToCheck bool
 // for the unit; with the drop-in in effect, Validate sees the settings it
 // pins.
 func (s *Systemd) Verify(ctx context.Context, p *Plan) error {
-	return s.verify(ctx, []*Plan{p})[p.Unit]
+	return s.verify(ctx, []*Plan{p}, nil)[p.Unit]
 }
 
 // verify checks every plan's drop-in against what systemd applies.
 // The reads go out ReadsInFlight at a time.
-func (s *Systemd) verify(ctx context.Context, plans []*Plan) map[string]error {
+// verify checks each plan's drop-in in effect, and calls the InEffect
+// of each that is and whose called is false yet (nil: none was).
+func (s *Systemd) verify(ctx context.Context, plans []*Plan, called []bool) map[string]error {
 	errs := make([]error, len(plans))
+	if called == nil {
+		called = make([]bool, len(plans))
+	}
 	Each(len(plans), ReadsInFlight, func(i int) {
 		st, err := s.readSettings(ctx, plans[i].Unit)
 		if err == nil {
 			err = plans[i].verify(st)
 		}
 		errs[i] = err
+		if err == nil && plans[i].InEffect != nil && !called[i] {
+			called[i] = true
+			plans[i].InEffect()
+		}
 	})
 	failed := map[string]error{}
 	for i, err := range errs {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,9 +59,16 @@ func TestNodeInstall(t *testing.T) {
 	}
 
 	reloads := countReloads(t)
+	var inEffect atomic.Int32
+	for _, p := range plans {
+		p.InEffect = func() { inEffect.Add(1) }
+	}
 	failed, err := s.Install(ctx, plans)
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("Install: %v %v", failed, err)
+	}
+	if n := inEffect.Load(); n != int32(len(plans)) {
+		t.Errorf("Install of %d units checked in effect: InEffect called %d times, want once each", len(plans), n)
 	}
 	if n := reloads(); n != 1 {
 		t.Errorf("Install of %d units: %d daemon-reloads, want 1", len(plans), n)

@@ -89,7 +89,7 @@ func TestNodeVerifyNamesTheFile(t *testing.T) {
 	ours := cfg.DropInPath(unit)
 	verify := func() error {
 		t.Helper()
-		return s.verify(ctx, []*Plan{p})[unit]
+		return s.verify(ctx, []*Plan{p}, nil)[unit]
 	}
 	wantAll := func(what string, err error, wants ...string) {
 		t.Helper()

@@ -310,6 +310,7 @@ type fakeSystemd struct {
 	slowInstall chan struct{}            // Install waits for it to close, if set
 	badDropIn   map[string]bool          // Install fails the unit's drop-in
 	installed   []string                 // the units of every Install, in order
+	holdCheck   map[string]chan struct{} // Install reports the unit checked once its channel closes
 	refused     map[string]bool          // Validate refuses
 	validated   int                      // Validate calls
 	uninstalled []string
@@ -440,6 +441,19 @@ func (f *fakeSystemd) Install(_ context.Context, plans []*unitctl.Plan) (map[str
 				failed = map[string]error{}
 			}
 			failed[p.Unit] = fmt.Errorf("%s: %w: overridden by a later drop-in", p.Unit, unitctl.ErrDropIn)
+		}
+	}
+	hold := f.holdCheck
+	f.mu.Unlock()
+	defer f.mu.Lock()
+	// Checked in order, as the real one reports them: a unit in hold
+	// waits for its channel before its check is reported.
+	for _, p := range plans {
+		if ch := hold[p.Unit]; ch != nil {
+			<-ch
+		}
+		if failed[p.Unit] == nil && p.InEffect != nil {
+			p.InEffect()
 		}
 	}
 	return failed, nil

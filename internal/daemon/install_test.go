@@ -98,3 +98,36 @@ func TestADropInThatFailsUnmanagesItsLeaseUnstarted(t *testing.T) {
 		}
 	})
 }
+
+// TestALeaseIsEligibleOnceItsOwnDropInIsChecked: the check of the
+// drop-ins after systemd's reload takes a while at thousands of units. A
+// lease whose units are checked runs while the others are still being
+// checked; a lease whose unit is not checked yet stays out, however
+// long its check takes.
+func TestALeaseIsEligibleOnceItsOwnDropInIsChecked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sd := newFakeSystemd(map[string]string{"a.service": "a", "b.service": "b"})
+		gate := make(chan struct{})
+		sd.holdCheck = map[string]chan struct{}{"b.service": gate}
+		store := newMemStore()
+		d, _, logs := startingDaemon(t, sd, store, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := firstReloading(ctx, d)
+		time.Sleep(3 * d.cfg.Timing.CrashBound())
+		synctest.Wait()
+		if !sd.isActive("a.service") || store.record("a").Holder != "node-a" {
+			t.Fatalf("a, checked, does not run while b's check goes on (record %v):\n%s", store.record("a"), logs)
+		}
+		if sd.isActive("b.service") || store.record("b").Present {
+			t.Fatalf("b runs, or its lease was taken (%v), before its drop-in was checked:\n%s", store.record("b"), logs)
+		}
+		close(gate)
+		<-done
+		time.Sleep(d.cfg.Timing.CrashBound())
+		synctest.Wait()
+		if !sd.isActive("b.service") || store.record("b").Holder != "node-a" {
+			t.Fatalf("b does not run once checked (record %v):\n%s", store.record("b"), logs)
+		}
+	})
+}

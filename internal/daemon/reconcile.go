@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/unitlease/unitlease/internal/control"
@@ -221,7 +222,7 @@ func (d *Daemon) validate(ctx context.Context, groups map[string][]string, lease
 // install validates the units of the added leases, starts a supervisor
 // for every lease whose units all passed, ineligible, writes their
 // drop-ins in one batch with one daemon-reload, and makes each lease
-// whose drop-ins are in effect eligible. Meanwhile the supervisors stop
+// eligible as soon as its drop-ins are checked in effect. Meanwhile the supervisors stop
 // the units (rule 6) and observe the records, so the lease span a cold
 // cluster waits out ages while systemd reloads: an ineligible supervisor
 // acquires nothing, so no unit starts before its guard is in place. A
@@ -249,14 +250,46 @@ func (d *Daemon) install(ctx context.Context, groups map[string][]string, added 
 	}
 	d.setPhase(fmt.Sprintf("starting the supervisors of %d leases", len(added)-len(refused)))
 	var started []string
+	remaining := map[string]*atomic.Int32{} // per lease: its units not yet checked in effect
 	for _, lease := range added {
 		if !refused[lease] {
 			d.add(ctx, lease, groups[lease], true)
 			started = append(started, lease)
 		}
 	}
+	// Each lease is eligible as soon as the last of its units is checked
+	// in effect, while the others are still being checked: its
+	// acquisition and start need not wait for a thousand other units'.
+	for _, c := range checks {
+		if c.err != nil || refused[c.lease] {
+			continue
+		}
+		d.mu.Lock()
+		r := d.sups[c.lease]
+		d.mu.Unlock()
+		if r == nil {
+			continue
+		}
+		left := remaining[c.lease]
+		if left == nil {
+			left = &atomic.Int32{}
+			left.Store(int32(len(groups[c.lease])))
+			remaining[c.lease] = left
+		}
+		sup := r.sup
+		c.plan.InEffect = func() {
+			if left.Add(-1) == 0 {
+				sup.SetEligibleSoon(true)
+			}
+		}
+	}
 	d.setPhase(fmt.Sprintf("writing the drop-ins of %d units, reloading systemd", len(plans)))
 	failed, err := d.sd.Install(ctx, plans)
+	for _, c := range checks {
+		if c.plan != nil {
+			c.plan.InEffect = nil // Install's only
+		}
+	}
 	if err != nil {
 		d.problem(d.configError(err, ""))
 		for _, lease := range started {
