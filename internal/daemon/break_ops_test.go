@@ -51,9 +51,12 @@ func TestBreakOpsDisableStopFailedThenEnable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sd, store, d, logs, ctx, stop := drainLeading(t)
 		defer stop()
-		go d.steerLoop(ctx)
+		// Disabled before the steering loop starts: its first round
+		// reads the markers (a later round reads them only every
+		// MarkerRounds, or on a wakeup the fake store never sends).
 		sd.set(func(f *fakeSystemd) { f.stuck["web.service"] = true })
 		store.disable("a", true)
+		go d.steerLoop(ctx)
 		d.steerSoon()
 		time.Sleep(d.cfg.Timing.StopWait + time.Second)
 		synctest.Wait()
