@@ -195,12 +195,17 @@ func TestBreakInEffectInstallErrorAfterAStart(t *testing.T) {
 // gatedStore is memStore whose Acquire of one lease waits for a gate.
 type gatedStore struct {
 	*memStore
-	lease string
-	gate  chan struct{}
+	lease   string
+	gate    chan struct{}
+	entered chan struct{} // if not nil, closed as the first Acquire of lease begins
+	once    sync.Once
 }
 
 func (s *gatedStore) Acquire(ctx context.Context, name string, seen policy.Record) (policy.Record, error) {
 	if name == s.lease {
+		if s.entered != nil {
+			s.once.Do(func() { close(s.entered) })
+		}
 		<-s.gate
 	}
 	return s.memStore.Acquire(ctx, name, seen)
@@ -208,27 +213,24 @@ func (s *gatedStore) Acquire(ctx context.Context, name string, seen policy.Recor
 
 // TestBreakInEffectRemovedWhileAcquiring: a is checked (eligible) and its
 // acquisition is under way when the second check fails it and install
-// removes it. remove sees the lease not held (relinquish checks Holding
-// only), ends the supervisor, and the acquisition lands after: the record
-// is left held by this node, unmanaged, with nobody renewing or
-// releasing it (nothing runs; peers wait it out). It fails: the same
-// happens when an annotation is removed while the lease is being
-// acquired; InEffect makes it reachable from install too. Skipped until
-// relinquish also waits out an acquisition under way.
+// removes it. remove must not end the supervisor while the acquisition
+// may still land: once it does, the lease is given back (released, its
+// unit never started), not left held by this node, unrenewed, until its
+// TTL. The same holds when an annotation is removed while the lease is
+// being acquired.
 func TestBreakInEffectRemovedWhileAcquiring(t *testing.T) {
-	t.Skip("open: a lease removed while its acquisition is under way is left held by this node, unrenewed, until its TTL (relinquish waits only while the lease is held)")
 	synctest.Test(t, func(t *testing.T) {
 		sd := newFakeSystemd(map[string]string{"a.service": "a", "b.service": "b"})
 		gate := make(chan struct{})
 		sd.holdCheck = map[string]chan struct{}{"b.service": gate}
 		w := &failAfterCheck{fakeSystemd: sd, failLate: map[string]bool{"a.service": true}}
 		acq := make(chan struct{})
-		store := &gatedStore{memStore: newMemStore(), lease: "a", gate: acq}
+		store := &gatedStore{memStore: newMemStore(), lease: "a", gate: acq, entered: make(chan struct{})}
 		d, _, logs := startingDaemon(t, w, store, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		done := firstReloading(ctx, d)
-		time.Sleep(3 * d.cfg.Timing.CrashBound())
+		<-store.entered // in time: the answer is not late
 		synctest.Wait()
 		d.mu.Lock()
 		r := d.sups["a"]
@@ -237,13 +239,52 @@ func TestBreakInEffectRemovedWhileAcquiring(t *testing.T) {
 			t.Fatalf("a is not acquiring when b's check ends:\n%s", logs)
 		}
 		close(gate)
-		<-done
 		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatalf("the reload ended, and a's supervisor with it, while a's acquisition was under way:\n%s", logs)
+		default:
+		}
 		close(acq)
 		time.Sleep(3 * d.cfg.Timing.CrashBound())
+		<-done
 		synctest.Wait()
 		if rec := store.record("a"); sd.isActive("a.service") || (rec.Present && !rec.Released) || d.hasLease("a") {
 			t.Fatalf("a removed while acquiring: active %v, record %v, managed %v:\n%s", sd.isActive("a.service"), rec, d.hasLease("a"), logs)
+		}
+	})
+}
+
+// TestShutdownWhileAcquiring: SIGTERM comes while a lease's acquisition
+// is under way. Shutdown must not end the supervisor before the answer:
+// the lease it brings is given back (released, the unit never started),
+// not left held by a daemon that is gone until its TTL.
+func TestShutdownWhileAcquiring(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sd := newFakeSystemd(map[string]string{"a.service": "a"})
+		acq := make(chan struct{})
+		store := &gatedStore{memStore: newMemStore(), lease: "a", gate: acq, entered: make(chan struct{})}
+		d, _, logs := startingDaemon(t, sd, store, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		<-firstReloading(ctx, d)
+		<-store.entered
+		synctest.Wait()
+		down := make(chan struct{})
+		go func() {
+			d.Shutdown(ctx)
+			close(down)
+		}()
+		synctest.Wait()
+		select {
+		case <-down:
+			t.Fatalf("Shutdown returned while a's acquisition was under way:\n%s", logs)
+		default:
+		}
+		close(acq)
+		<-down
+		if rec := store.record("a"); sd.isActive("a.service") || (rec.Present && !rec.Released) {
+			t.Fatalf("a after a shutdown during its acquisition: active %v, record %v:\n%s", sd.isActive("a.service"), rec, logs)
 		}
 	})
 }

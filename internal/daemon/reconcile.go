@@ -483,7 +483,7 @@ func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool)
 	}
 	r.removing = true
 	d.mu.Unlock()
-	d.relinquish(ctx, r.sup, true)
+	d.relinquishForGood(ctx, r.sup, true)
 	if r.sup.Holding() {
 		d.log.Error(fmt.Sprintf("%s: no longer annotated, but not confirmed inactive: lease %s stays held here until it stops",
 			strings.Join(r.sup.Units, ", "), lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, lease)...)
@@ -556,6 +556,22 @@ func (d *Daemon) relinquish(ctx context.Context, s *supervisor.Supervisor, unman
 	d.waitFor(ctx, func() bool { return !s.Holding() || s.Status().Role == policy.StopFailed.String() })
 }
 
+// relinquishForGood is relinquish for a supervisor about to end: it also
+// makes it ineligible and waits while an acquisition is under way. Sent
+// before, it may land after relinquish saw the lease not held; the
+// ineligible machine gives it back at once (never started: released;
+// starting: stopped, confirmed inactive, released) rather than the ended
+// supervisor leaving the record held, unrenewed, until its TTL. The wait
+// is bounded by the store's request timeout.
+func (d *Daemon) relinquishForGood(ctx context.Context, s *supervisor.Supervisor, unmanaged bool) {
+	d.relinquish(ctx, s, unmanaged)
+	s.SetEligible(ctx, false)
+	d.waitFor(ctx, func() bool {
+		st := s.Status()
+		return st.Role == policy.StopFailed.String() || (!st.Holding && st.Role != policy.Acquiring.String())
+	})
+}
+
 // waitFor polls cond until it holds or ctx ends. The supervisors publish
 // their state after every step; every 10 ms is cheap for the few seconds
 // of a handoff or a removal, and adds little to it (a re-annotated unit's
@@ -589,7 +605,7 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 	for _, r := range d.running() {
 		d.intend(r.sup.Lease, "stop")
 		wg.Go(func() {
-			d.relinquish(ctx, r.sup, false)
+			d.relinquishForGood(ctx, r.sup, false)
 			if r.sup.Holding() {
 				d.log.Error(fmt.Sprintf("%s: not confirmed inactive: lease %s stays held, and the daemon does not exit, until it stops",
 					strings.Join(r.sup.Units, ", "), r.sup.Lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, r.sup.Lease)...)
