@@ -171,8 +171,8 @@ func TestBreakReverifyBeforeTheFlushKeepsIneligible(t *testing.T) {
 
 // TestBreakInstallErrorWhileTheStartupStopHangs: the unit was left
 // running, its startup stop hangs in systemd, and the reload fails as a
-// whole: the lease is removed while the stop is under way, never
-// acquired nor started; once the stop got through and a later reload
+// whole: the lease is removed, ineligible, once the stop got through
+// (never acquired nor started meanwhile); once a later reload
 // installs the drop-in, the lease runs.
 func TestBreakInstallErrorWhileTheStartupStopHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -195,10 +195,10 @@ func TestBreakInstallErrorWhileTheStartupStopHangs(t *testing.T) {
 		close(slow)
 		<-done
 		d.mu.Lock()
-		n := len(d.sups)
+		r := d.sups["db"]
 		d.mu.Unlock()
-		if n != 0 {
-			t.Fatalf("%d supervisors after a failed Install", n)
+		if r != nil && (!r.removing || !r.sup.Ineligible()) {
+			t.Fatalf("db after a failed Install, its stop under way: managed, removing %v, ineligible %v", r.removing, r.sup.Ineligible())
 		}
 		time.Sleep(3 * tm.CrashBound())
 		synctest.Wait()
@@ -209,6 +209,11 @@ func TestBreakInstallErrorWhileTheStartupStopHangs(t *testing.T) {
 		synctest.Wait()
 		if sd.isActive("db.service") {
 			t.Fatalf("db still runs after its startup stop returned:\n%s", logs)
+		}
+		time.Sleep(time.Second) // the removal's next look (virtual time)
+		synctest.Wait()
+		if d.hasLease("db") {
+			t.Fatalf("db still managed once its stop got through after a failed Install:\n%s", logs)
 		}
 		w.installErr.Store(false)
 		d.Reload(ctx)

@@ -46,16 +46,25 @@ func TestBreakStopLateErrorAtStopWaitResumesPings(t *testing.T) {
 // hanging, and the watchdog, which reads only d.sups, no longer sees the
 // pending stop. The new lease's supervisor stops db.service as its
 // startup stop (no deadline), which hangs too. The daemon keeps pinging;
-// db.service runs here while the peer runs it.
+// db.service runs here while the peer runs it. Now the removal keeps the
+// lease (and its pending stop, which the watchdog sees) until the stop
+// gets through, and only then unmanages it.
 func TestBreakStopLateForgottenWhenALostLeaseIsRemoved(t *testing.T) {
 	const interval = 600 * time.Millisecond
 	synctest.Test(t, func(t *testing.T) {
-		deadline, last, logs := lossThenHang(t, interval, func(ctx context.Context, d *Daemon, sd *hangStop) {
+		var d *Daemon
+		deadline, last, logs := lossThenHang(t, interval, func(ctx context.Context, dd *Daemon, sd *hangStop) {
+			d = dd
 			sd.set(func(f *fakeSystemd) { f.annotated = map[string]string{"db.service": "db2"} })
 			d.Reload(ctx)
+			if !d.hasLease("db") {
+				t.Fatal("the reload unmanaged lease db, its stop after the loss still hanging")
+			}
 		})
+		time.Sleep(d.cfg.Timing.StopWait) // the stop, let go, gets through
+		synctest.Wait()
 		if !strings.Contains(logs.String(), "no longer managed (lease db)") {
-			t.Fatalf("the reload did not remove lease db:\n%s", logs)
+			t.Fatalf("lease db not removed once its stop got through:\n%s", logs)
 		}
 		if late := last.Sub(deadline); late > watchdogCheck(interval) {
 			t.Fatalf("lease lost, StopUnit hanging, lease removed by a reload: the last ping came %v after the deadline %v, "+

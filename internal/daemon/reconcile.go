@@ -484,16 +484,26 @@ func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool)
 	r.removing = true
 	d.mu.Unlock()
 	d.relinquishForGood(ctx, r.sup, true)
-	if r.sup.Holding() {
-		d.log.Error(fmt.Sprintf("%s: no longer annotated, but not confirmed inactive: lease %s stays held here until it stops",
-			strings.Join(r.sup.Units, ", "), lease), append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, lease)...)
+	if !settled(r.sup) {
+		// Held (its stop failed), or a stop not under a lease still
+		// under way or failed (the startup's, or one after a loss):
+		// ended now, the units would be left as they are, running,
+		// their drop-in and guard gone.
+		msg := "lease " + lease + " stays held here until it stops"
+		if !r.sup.Holding() {
+			msg = "its stop is tried again until it is"
+		}
+		if r.sup.Holding() || r.sup.Status().Role == policy.StopFailed.String() {
+			d.log.Error(fmt.Sprintf("%s: no longer annotated, but not confirmed inactive: %s", strings.Join(r.sup.Units, ", "), msg),
+				append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, lease)...)
+		}
 		go func() {
 			// Not on the reload's ctx: a SIGTERM must not end a
-			// supervisor that holds the lease for a failed stop.
+			// supervisor whose units may still run.
 			ctx := context.WithoutCancel(ctx)
-			d.waitFor(ctx, func() bool { return !r.sup.Holding() || ended(r.sup) })
-			if r.sup.Holding() {
-				return // Shutdown ended it, still held: the drop-in and its guard stay
+			d.waitFor(ctx, func() bool { return settled(r.sup) || ended(r.sup) })
+			if !settled(r.sup) {
+				return // Shutdown ended it: the drop-in and its guard stay
 			}
 			d.end(ctx, lease, r, keep)
 			select {
@@ -557,19 +567,30 @@ func (d *Daemon) relinquish(ctx context.Context, s *supervisor.Supervisor, unman
 }
 
 // relinquishForGood is relinquish for a supervisor about to end: it also
-// makes it ineligible and waits while an acquisition is under way. Sent
-// before, it may land after relinquish saw the lease not held; the
-// ineligible machine gives it back at once (never started: released;
-// starting: stopped, confirmed inactive, released) rather than the ended
-// supervisor leaving the record held, unrenewed, until its TTL. The wait
-// is bounded by the store's request timeout.
+// makes it ineligible and waits, on no ctx (an acquisition is bounded by
+// reply_max), until the supervisor is settled, or its stop failed, or it
+// stops units it does not hold (the caller decides whether to wait for
+// that). An acquisition sent before may land after relinquish saw the
+// lease not held; the ineligible machine gives it back at once (never
+// started: released; starting: stopped, confirmed inactive, released)
+// rather than the ended supervisor leaving the record held, unrenewed,
+// until its TTL.
 func (d *Daemon) relinquishForGood(ctx context.Context, s *supervisor.Supervisor, unmanaged bool) {
 	d.relinquish(ctx, s, unmanaged)
+	ctx = context.WithoutCancel(ctx)
 	s.SetEligible(ctx, false)
 	d.waitFor(ctx, func() bool {
 		st := s.Status()
-		return st.Role == policy.StopFailed.String() || (!st.Holding && st.Role != policy.Acquiring.String())
+		return settled(s) || st.Role == policy.StopFailed.String() || (!st.Holding && st.Role == policy.Stopping.String())
 	})
+}
+
+// settled: the supervisor holds nothing and has nothing under way that
+// could leave a unit running or a record held: it observes, as a standby
+// or backing off.
+func settled(s *supervisor.Supervisor) bool {
+	st := s.Status()
+	return !st.Holding && (st.Role == policy.Standby.String() || st.Role == policy.Backoff.String())
 }
 
 // waitFor polls cond until it holds or ctx ends. The supervisors publish
