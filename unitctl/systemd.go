@@ -70,7 +70,7 @@ func Dial(ctx context.Context, opts Options) (*Systemd, error) {
 		opts:       opts,
 		intents:    map[string]intentAt{},
 		killSignal: int32(syscall.SIGKILL),
-		watchers:   watchers{set: map[*watcher]bool{}},
+		watchers:   watchers{},
 		reloads:    reloads{set: map[chan struct{}]bool{}},
 		startCalls: make(chan struct{}, maxStarts),
 		stopCalls:  make(chan struct{}, maxStopCalls),

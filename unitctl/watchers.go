@@ -23,20 +23,43 @@ type watcher struct {
 	resync  chan struct{}
 }
 
-// watchers is the set of live watchers.
+// watchers is the set of live watchers, indexed by unit: a change is
+// handed to the watchers of its unit only, however many watch others (a
+// daemon starting thousands of units has a watcher for each start, its
+// own watch of every unit besides).
 type watchers struct {
-	mu  sync.Mutex
-	set map[*watcher]bool
+	mu     sync.Mutex
+	set    map[*watcher]bool
+	byUnit map[string]map[*watcher]bool
 }
 
+// watcherBuffer is the changes a watcher of one unit holds before it is
+// poked to re-read instead: a start or a stop sees a handful.
+const watcherBuffer = 16
+
 func (ws *watchers) add(units ...string) *watcher {
-	w := &watcher{units: map[string]bool{}, changes: make(chan change, 256), resync: make(chan struct{}, 1)}
+	size := watcherBuffer
+	if len(units) > 1 {
+		size = 256
+	}
+	w := &watcher{units: map[string]bool{}, changes: make(chan change, size), resync: make(chan struct{}, 1)}
 	for _, u := range units {
 		w.units[u] = true
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if ws.set == nil {
+		ws.set, ws.byUnit = map[*watcher]bool{}, map[string]map[*watcher]bool{}
+	}
 	ws.set[w] = true
+	for u := range w.units {
+		m := ws.byUnit[u]
+		if m == nil {
+			m = map[*watcher]bool{}
+			ws.byUnit[u] = m
+		}
+		m[w] = true
+	}
 	return w
 }
 
@@ -44,15 +67,20 @@ func (ws *watchers) remove(w *watcher) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	delete(ws.set, w)
+	for u := range w.units {
+		if m := ws.byUnit[u]; m != nil {
+			delete(m, w)
+			if len(m) == 0 {
+				delete(ws.byUnit, u)
+			}
+		}
+	}
 }
 
 func (ws *watchers) deliver(unit string, props map[string]dbus.Variant, gen uint64) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for w := range ws.set {
-		if !w.units[unit] {
-			continue
-		}
+	for w := range ws.byUnit[unit] {
 		select {
 		case w.changes <- change{unit, props, gen}:
 		default:

@@ -1,0 +1,29 @@
+package unitctl
+
+import "testing"
+
+// TestWatchersDeliverToTheUnitsWatchersOnly: a change reaches the
+// watchers of its unit, a watcher of several units among them, and no
+// other; a removed watcher leaves nothing behind in the index; a watcher
+// whose buffer is full is poked to re-read instead.
+func TestWatchersDeliverToTheUnitsWatchersOnly(t *testing.T) {
+	var ws watchers
+	a := ws.add("a.service")
+	b := ws.add("b.service")
+	both := ws.add("a.service", "b.service")
+	ws.deliver("a.service", nil, 1)
+	if len(a.changes) != 1 || len(b.changes) != 0 || len(both.changes) != 1 {
+		t.Fatalf("a change of a.service reached a %d, b %d, both %d times; want 1, 0, 1", len(a.changes), len(b.changes), len(both.changes))
+	}
+	ws.remove(a)
+	ws.remove(both)
+	if _, ok := ws.byUnit["a.service"]; ok || len(ws.byUnit["b.service"]) != 1 || len(ws.set) != 1 {
+		t.Fatalf("after removing a's watchers: index %v, set of %d", ws.byUnit, len(ws.set))
+	}
+	for range cap(b.changes) + 1 {
+		ws.deliver("b.service", nil, 1)
+	}
+	if len(b.changes) != cap(b.changes) || len(b.resync) != 1 {
+		t.Fatalf("a full watcher holds %d of %d changes and %d resync pokes; want it full and poked", len(b.changes), cap(b.changes), len(b.resync))
+	}
+}
