@@ -64,10 +64,17 @@ func (d *Daemon) wakeups(ctx context.Context, leases []string) {
 		if w.Toggled {
 			continue
 		}
-		for _, s := range d.supervisors() {
-			if w.Resync || w.Lease == s.Lease {
+		if w.Resync {
+			for _, s := range d.supervisors() {
 				s.Nudge()
 			}
+			continue
+		}
+		d.mu.Lock()
+		r := d.sups[w.Lease] // a lookup, not a scan: thousands of acquisitions at a start each wake
+		d.mu.Unlock()
+		if r != nil {
+			r.sup.Nudge()
 		}
 	}
 }
