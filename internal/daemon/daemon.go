@@ -100,6 +100,7 @@ type Daemon struct {
 
 	stateDir string      // StateDir, or a test's ("": no drain)
 	drained  atomic.Bool // the node takes no lease (Drain)
+	asleep   atomic.Bool // the machine is about to sleep: the node takes no lease until it resumed
 	// wmu orders every change of what a lease's withdrawal depends on
 	// (the drain, the failure exclusions) with the reads that tell the
 	// supervisors, and with the birth of a supervisor (add): each

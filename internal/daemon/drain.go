@@ -180,9 +180,10 @@ func (d *Daemon) withdrawAll(ctx context.Context) {
 }
 
 // withdrawn: the node stays out of lease's competition (drained,
-// excluded by the lease's failures here, or the lease is disabled).
+// excluded by the lease's failures here, the lease disabled, or the
+// machine about to sleep).
 func (d *Daemon) withdrawn(lease string) bool {
-	return d.drained.Load() || d.excluded(lease) || d.isDisabled(lease)
+	return d.drained.Load() || d.asleep.Load() || d.excluded(lease) || d.isDisabled(lease)
 }
 
 // announce tells the peers what this node is ready for: each lease it

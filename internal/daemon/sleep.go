@@ -54,11 +54,12 @@ func (d *Daemon) sleepUnwatched(err error) {
 }
 
 // handleSleep keeps a delay lock on sleep. On PrepareForSleep(true) it
-// hands off every lease this node holds (relinquishAll: the units stop,
-// are confirmed inactive, and the leases are released), within
+// withdraws the node from every lease, hands off every lease this node
+// holds (relinquishAll: the units stop, are confirmed inactive, and the
+// leases are released) and waits out the acquisitions under way, within
 // sleepLimit, and only then closes the lock so that the machine sleeps.
-// On PrepareForSleep(false) it wakes every supervisor, then takes a new
-// lock. It returns when ctx ends or the signals end, closing the lock.
+// On PrepareForSleep(false) it lets the node compete again, wakes every
+// supervisor, then takes a new lock. It returns when ctx ends or the signals end, closing the lock.
 //
 // It does not promise a handoff before every sleep: logind waits at most
 // InhibitDelayMaxSec= for the lock (warned about when shorter than a stop
@@ -82,6 +83,7 @@ func (d *Daemon) handleSleep(ctx context.Context, m sleepManager) {
 		}
 	}
 	signals := m.PrepareForSleep()
+	defer d.setAsleep(context.WithoutCancel(ctx), false) // no resume will come: compete again
 	for {
 		var sleeping, ok bool
 		select {
@@ -96,7 +98,9 @@ func (d *Daemon) handleSleep(ctx context.Context, m sleepManager) {
 		case sleeping:
 			d.log.Info("the machine is about to sleep: handing off every lease this node holds", logging.Event, "sleep")
 			hctx, cancel := context.WithTimeout(ctx, d.sleepLimit())
+			d.setAsleep(hctx, true)
 			d.relinquishAll(hctx)
+			d.settle(hctx)
 			cancel()
 			if lock != nil {
 				lock.Close()
@@ -105,6 +109,7 @@ func (d *Daemon) handleSleep(ctx context.Context, m sleepManager) {
 		default:
 			d.log.Info("the machine resumed: every lease reads its deadline again", logging.Event, "resumed")
 			supervisor.Resumed()
+			d.setAsleep(ctx, false)
 			d.wakeAll()
 			if lock == nil {
 				if lock, err = m.Inhibit(ctx); err != nil {
@@ -113,6 +118,30 @@ func (d *Daemon) handleSleep(ctx context.Context, m sleepManager) {
 				}
 			}
 		}
+	}
+}
+
+// setAsleep withdraws the node from every lease while the machine sleeps
+// (true: a standby acquires nothing, and a lease an acquisition under
+// way brings is given back at once, released, its units never started)
+// and lets it compete again after the resume (false).
+func (d *Daemon) setAsleep(ctx context.Context, asleep bool) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if d.asleep.Swap(asleep) != asleep {
+		d.withdrawAll(ctx)
+	}
+}
+
+// settle waits, within ctx, until no supervisor holds a lease or has an
+// acquisition under way (a stop that failed keeps its lease held: not
+// waited for).
+func (d *Daemon) settle(ctx context.Context) {
+	for _, s := range d.supervisors() {
+		d.waitFor(ctx, func() bool {
+			st := s.Status()
+			return st.Role == policy.StopFailed.String() || (!st.Holding && st.Role != policy.Acquiring.String())
+		})
 	}
 }
 
