@@ -371,7 +371,7 @@ func TestBreakForGoodSleepWhileAcquiring(t *testing.T) {
 			t.Fatalf("the lock closed for sleep while a's acquisition was under way:\n%s", logs)
 		default:
 		}
-		close(acq) // answered in time (a store bounds it by reply_max)
+		close(acq)     // answered in time (a store bounds it by reply_max)
 		<-first.closed // the machine may sleep from here on
 		synctest.Wait()
 		if rec := store.record("a"); sd.isActive("a.service") || (rec.Present && !rec.Released) {
