@@ -192,7 +192,7 @@ func (d *Daemon) withdrawn(lease string) bool {
 // go-redis subscribes again after a reconnect.
 func (d *Daemon) announce(ctx context.Context) {
 	var as []redislease.Announcement
-	drained := d.drained.Load()
+	drained := d.drained.Load() || d.asleep.Load() // asleep: takes no lease until the resume
 	if drained {
 		as = append(as, redislease.Announcement{Node: d.cfg.Node, State: redislease.AnnounceDrained})
 	}

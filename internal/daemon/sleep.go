@@ -125,23 +125,26 @@ func (d *Daemon) handleSleep(ctx context.Context, m sleepManager) {
 // (true: a standby acquires nothing, and a lease an acquisition under
 // way brings is given back at once, released, its units never started)
 // and lets it compete again after the resume (false).
+// Peers are told (announce): while asleep the node is announced drained,
+// so that no drain, handoff or failback elsewhere releases a lease to it.
 func (d *Daemon) setAsleep(ctx context.Context, asleep bool) {
 	d.wmu.Lock()
-	defer d.wmu.Unlock()
-	if d.asleep.Swap(asleep) != asleep {
+	changed := d.asleep.Swap(asleep) != asleep
+	if changed {
 		d.withdrawAll(ctx)
+	}
+	d.wmu.Unlock()
+	if changed {
+		d.announce(ctx)
 	}
 }
 
-// settle waits, within ctx, until no supervisor holds a lease or has an
-// acquisition under way (a stop that failed keeps its lease held: not
-// waited for).
+// settle waits, within ctx, until every supervisor is settled: it holds
+// no lease and has nothing under way, no acquisition and no stop (one
+// after a lost lease included). A stop that failed is not waited for.
 func (d *Daemon) settle(ctx context.Context) {
 	for _, s := range d.supervisors() {
-		d.waitFor(ctx, func() bool {
-			st := s.Status()
-			return st.Role == policy.StopFailed.String() || (!st.Holding && st.Role != policy.Acquiring.String())
-		})
+		d.waitFor(ctx, func() bool { return settled(s) || s.Status().Role == policy.StopFailed.String() })
 	}
 }
 
