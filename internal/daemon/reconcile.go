@@ -489,11 +489,11 @@ func (d *Daemon) remove(ctx context.Context, lease string, keep map[string]bool)
 		// under way or failed (the startup's, or one after a loss):
 		// ended now, the units would be left as they are, running,
 		// their drop-in and guard gone.
-		msg := "lease " + lease + " stays held here until it stops"
-		if !r.sup.Holding() {
-			msg = "its stop is tried again until it is"
-		}
-		if r.sup.Holding() || r.sup.Status().Role == policy.StopFailed.String() {
+		if held := r.sup.Holding(); held || stopFailed(r.sup) {
+			msg := "lease " + lease + " stays held here until it stops"
+			if !held {
+				msg = "its stop is tried again until it is"
+			}
 			d.log.Error(fmt.Sprintf("%s: no longer annotated, but not confirmed inactive: %s", strings.Join(r.sup.Units, ", "), msg),
 				append(logging.UnitFields(r.sup.Units), logging.Event, "stop_failed", logging.Lease, lease)...)
 		}
@@ -563,7 +563,7 @@ func (d *Daemon) relinquish(ctx context.Context, s *supervisor.Supervisor, unman
 	} else {
 		s.Handoff(ctx)
 	}
-	d.waitFor(ctx, func() bool { return !s.Holding() || s.Status().Role == policy.StopFailed.String() })
+	d.waitFor(ctx, func() bool { return !s.Holding() || stopFailed(s) })
 }
 
 // relinquishForGood is relinquish for a supervisor about to end: it also
@@ -581,7 +581,7 @@ func (d *Daemon) relinquishForGood(ctx context.Context, s *supervisor.Supervisor
 	s.SetEligible(ctx, false)
 	d.waitFor(ctx, func() bool {
 		st := s.Status()
-		return settled(s) || st.Role == policy.StopFailed.String() || (!st.Holding && st.Role == policy.Stopping.String())
+		return settled(s) || stopFailed(s) || (!st.Holding && st.Role == policy.Stopping.String())
 	})
 }
 
@@ -592,6 +592,10 @@ func settled(s *supervisor.Supervisor) bool {
 	st := s.Status()
 	return !st.Holding && (st.Role == policy.Standby.String() || st.Role == policy.Backoff.String())
 }
+
+// stopFailed: the supervisor's last stop failed; it tries again every
+// stop_wait.
+func stopFailed(s *supervisor.Supervisor) bool { return s.Status().Role == policy.StopFailed.String() }
 
 // waitFor polls cond until it holds or ctx ends. The supervisors publish
 // their state after every step; every 10 ms is cheap for the few seconds

@@ -59,7 +59,8 @@ func (d *Daemon) sleepUnwatched(err error) {
 // leases are released) and waits out the acquisitions under way, within
 // sleepLimit, and only then closes the lock so that the machine sleeps.
 // On PrepareForSleep(false) it lets the node compete again, wakes every
-// supervisor, then takes a new lock. It returns when ctx ends or the signals end, closing the lock.
+// supervisor, then takes a new lock. It returns when ctx ends or the
+// signals end, closing the lock.
 //
 // It does not promise a handoff before every sleep: logind waits at most
 // InhibitDelayMaxSec= for the lock (warned about when shorter than a stop
@@ -144,7 +145,7 @@ func (d *Daemon) setAsleep(ctx context.Context, asleep bool) {
 // after a lost lease included). A stop that failed is not waited for.
 func (d *Daemon) settle(ctx context.Context) {
 	for _, s := range d.supervisors() {
-		d.waitFor(ctx, func() bool { return settled(s) || s.Status().Role == policy.StopFailed.String() })
+		d.waitFor(ctx, func() bool { return settled(s) || stopFailed(s) })
 	}
 }
 
