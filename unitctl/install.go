@@ -110,17 +110,17 @@ func (s *Systemd) Verify(ctx context.Context, p *Plan) error {
 	return s.verify(ctx, []*Plan{p}, nil)[p.Unit]
 }
 
-// verify checks every plan's drop-in against what systemd applies.
-// The reads go out ReadsInFlight at a time.
-// verify checks each plan's drop-in in effect, and calls the InEffect
-// of each that is and whose called is false yet (nil: none was).
+// verify checks each plan's drop-in against what systemd applies, and
+// calls the InEffect of each that is in effect and whose called is false
+// yet (nil: none was). The reads (readInEffect) go out ReadsInFlight at
+// a time.
 func (s *Systemd) verify(ctx context.Context, plans []*Plan, called []bool) map[string]error {
 	errs := make([]error, len(plans))
 	if called == nil {
 		called = make([]bool, len(plans))
 	}
 	Each(len(plans), ReadsInFlight, func(i int) {
-		st, err := s.readSettings(ctx, plans[i].Unit)
+		st, err := s.readInEffect(ctx, plans[i].Unit)
 		if err == nil {
 			err = plans[i].verify(st)
 		}
