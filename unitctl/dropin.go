@@ -107,7 +107,11 @@ func (p *Plan) guardCommand() execCommand {
 // verify checks that systemd applies the drop-in as written: a drop-in
 // that sorts later, or a file that failed to load, would leave the unit
 // unsafe. The error is a *DropInError; each problem names the file and
-// line that set the value systemd applies (see setIn).
+// line that set the value systemd applies (see setIn). s is what
+// readInEffect reads: of the Unit interface only the properties of
+// inEffectUnitProps (a check of another one, the unit's Id say, needs it
+// added there; TestNodeInEffectRead compares the verdicts), and every
+// Service property.
 func (p *Plan) verify(s settings) error {
 	path := p.cfg.DropInPath(p.Unit)
 	e := &DropInError{Unit: p.Unit, Path: path, Applied: slices.Contains(s.DropInPaths, path)}
