@@ -108,26 +108,9 @@ func TestNodeInstall(t *testing.T) {
 // after it: the guard stays first and KillMode= and TimeoutStopSec= stay
 // pinned, and Install's verification still passes.
 func TestNodeInstallOverride(t *testing.T) {
-	s := dialNode(t, Options{})
-	cfg := Config{StopWait: 4 * time.Second, Guard: []string{"/run/ul-test/guard"}, DaemonUnit: "ul-ovr-daemon.service"}
 	unit := "ul-ovr.service"
-	installUnits(t, map[string]string{
-		"ul-ovr-daemon.service": plainService,
-		unit:                    "[Service]\nExecStartPre=/bin/true own\nExecStart=/bin/sleep infinity\n",
-	})
+	s, cfg, p := managedUnit(t, unit, "[Service]\nExecStartPre=/bin/true own\nExecStart=/bin/sleep infinity\n")
 	ctx := ctxFor(t, time.Minute)
-	p, err := s.Validate(ctx, unit, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if failed, err := s.Install(ctx, []*Plan{p}); err != nil || len(failed) > 0 {
-		t.Fatalf("Install: %v %v", failed, err)
-	}
-	t.Cleanup(func() {
-		if err := s.Uninstall(ctxFor(t, 30*time.Second), cfg, []string{unit}); err != nil {
-			t.Error(err)
-		}
-	})
 
 	override := unitDir + "/" + unit + ".d/override.conf"
 	writeUnitFiles(t, map[string]string{override: "[Service]\nExecStartPre=\nKillMode=process\nTimeoutStopSec=5min\n"})

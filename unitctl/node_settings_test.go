@@ -85,26 +85,9 @@ func (st *settings) sortSets() {
 // reads, and one defeated by a drop-in that sorts after it fails on both with the same
 // problems, each named in the same file and line.
 func TestNodeInEffectRead(t *testing.T) {
-	s := dialNode(t, Options{})
-	cfg := Config{StopWait: 4 * time.Second, Guard: []string{"/run/ul-test/guard"}, DaemonUnit: "ul-ine-daemon.service"}
 	unit := "ul-ine.service"
-	installUnits(t, map[string]string{
-		"ul-ine-daemon.service": plainService,
-		unit:                    "[Service]\nExecStartPre=/bin/true own\nExecStart=/bin/sleep infinity\nExecStop=/bin/kill -TERM $MAINPID\nKillMode=mixed\n",
-	})
+	s, _, p := managedUnit(t, unit, "[Service]\nExecStartPre=/bin/true own\nExecStart=/bin/sleep infinity\nExecStop=/bin/kill -TERM $MAINPID\nKillMode=mixed\n")
 	ctx := ctxFor(t, time.Minute)
-	p, err := s.Validate(ctx, unit, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if failed, err := s.Install(ctx, []*Plan{p}); err != nil || len(failed) > 0 {
-		t.Fatalf("Install: %v %v", failed, err)
-	}
-	t.Cleanup(func() {
-		if err := s.Uninstall(ctxFor(t, 30*time.Second), cfg, []string{unit}); err != nil {
-			t.Error(err)
-		}
-	})
 	both := func() (full, inEffect error) {
 		t.Helper()
 		all, err := s.readSettings(ctx, unit)

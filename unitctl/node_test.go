@@ -102,6 +102,32 @@ func writeUnitFiles(tb testing.TB, files map[string]string) (services []string) 
 	return services
 }
 
+// managedUnit installs unit, with text, beside a stand-in for the
+// daemon's unit (NAME-daemon.service for unit NAME.service), validates it
+// with a stop_wait of 4 s and a stand-in guard, and installs its drop-in,
+// which is removed when tb ends.
+func managedUnit(tb testing.TB, unit, text string) (*Systemd, Config, *Plan) {
+	tb.Helper()
+	s := dialNode(tb, Options{})
+	daemon := strings.TrimSuffix(unit, ".service") + "-daemon.service"
+	cfg := Config{StopWait: 4 * time.Second, Guard: []string{"/run/ul-test/guard"}, DaemonUnit: daemon}
+	installUnits(tb, map[string]string{daemon: plainService, unit: text})
+	ctx := ctxFor(tb, time.Minute)
+	p, err := s.Validate(ctx, unit, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if failed, err := s.Install(ctx, []*Plan{p}); err != nil || len(failed) > 0 {
+		tb.Fatalf("Install: %v %v", failed, err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Uninstall(ctxFor(tb, 30*time.Second), cfg, []string{unit}); err != nil {
+			tb.Error(err)
+		}
+	})
+	return s, cfg, p
+}
+
 // systemctl runs systemctl in the node and fails tb on error.
 func systemctl(tb testing.TB, args ...string) string {
 	tb.Helper()

@@ -66,26 +66,9 @@ func TestNodeRefusedStartPaths(t *testing.T) {
 // (Recheck, as the daemon runs it after every reload) and validation
 // name that file.
 func TestNodeVerifyNamesTheFile(t *testing.T) {
-	s := dialNode(t, Options{})
-	cfg := Config{StopWait: 4 * time.Second, Guard: []string{"/run/ul-test/guard"}, DaemonUnit: "ul-vfy-daemon.service"}
 	unit := "ul-vfy.service"
-	installUnits(t, map[string]string{
-		"ul-vfy-daemon.service": plainService,
-		unit:                    "[Service]\nExecStartPre=/bin/true own\nExecStart=/bin/sleep infinity\n",
-	})
+	s, cfg, p := managedUnit(t, unit, "[Service]\nExecStartPre=/bin/true own\nExecStart=/bin/sleep infinity\n")
 	ctx := ctxFor(t, time.Minute)
-	p, err := s.Validate(ctx, unit, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if failed, err := s.Install(ctx, []*Plan{p}); err != nil || len(failed) > 0 {
-		t.Fatalf("Install: %v %v", failed, err)
-	}
-	t.Cleanup(func() {
-		if err := s.Uninstall(ctxFor(t, 30*time.Second), cfg, []string{unit}); err != nil {
-			t.Error(err)
-		}
-	})
 	ours := cfg.DropInPath(unit)
 	verify := func() error {
 		t.Helper()
