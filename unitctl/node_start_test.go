@@ -58,3 +58,47 @@ func TestNodeStartOrder(t *testing.T) {
 		t.Fatalf("StartOrder = %v, want %v", got, want)
 	}
 }
+
+// TestNodeStartReadsAtJobEnd: systemd sends the Job property with every
+// change of a unit, so a start with a process before its main one (as
+// the guard) reads the state after its StartUnit and at its job's end,
+// not again for each change while the job runs (ExecStartPre, then
+// ExecStart). Before, each start read three or four times.
+func TestNodeStartReadsAtJobEnd(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{PollInterval: time.Hour}) // reads only when a change or the job result asks
+	unit := "ul-start-reads.service"
+	installUnits(t, map[string]string{unit: "[Unit]\nStartLimitIntervalSec=0\n[Service]\nExecStartPre=/bin/true\nExecStart=/bin/sleep infinity\n"})
+	probe := s.watchers.add(unit)
+	defer s.watchers.remove(probe)
+	const starts = 10
+	var total int64
+	for i := range starts {
+		drain(probe.changes)
+		before := s.reads.calls.Load()
+		if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+			t.Fatal(err)
+		}
+		reads := s.reads.calls.Load() - before
+		total += reads
+		var changes, withJob int
+		for len(probe.changes) > 0 {
+			changes++
+			if showsJob(<-probe.changes) {
+				withJob++
+			}
+		}
+		t.Logf("start %d: %d reads, %d changes of which %d showed the job", i, reads, changes, withJob)
+		if withJob == 0 {
+			t.Fatalf("start %d: none of its %d changes showed its job queued", i, changes)
+		}
+		if err := s.Stop(ctxFor(t, 10*time.Second), unit, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two each; a late change of the stop before, showing no job, may
+	// add one now and then.
+	if total > starts*5/2 {
+		t.Fatalf("%d starts read the state %d times; want about 2 each: after StartUnit, and at the job's end", starts, total)
+	}
+}

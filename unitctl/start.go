@@ -96,17 +96,20 @@ func (st *starting) run(ctx context.Context) (bool, error) {
 	st.job = job
 	poll := st.s.ticker()
 	defer poll.Stop()
-	for {
-		st.state, err = st.s.state(ctx, st.unit)
-		if err != nil {
-			return false, err
-		}
-		if ok, over := st.outcome(); over {
-			if !ok {
-				st.awaitJobResult(ctx)
+	for read := true; ; {
+		if read {
+			st.state, err = st.s.state(ctx, st.unit)
+			if err != nil {
+				return false, err
 			}
-			return ok, nil
+			if ok, over := st.outcome(); over {
+				if !ok {
+					st.awaitJobResult(ctx)
+				}
+				return ok, nil
+			}
 		}
+		read = true
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
@@ -115,10 +118,42 @@ func (st *starting) run(ctx context.Context) (bool, error) {
 			release()
 		case <-hold.C:
 			release()
-		case <-st.w.changes:
-			drain(st.w.changes)
+		case c := <-st.w.changes:
+			queued := allShowJob(st.w.changes) // takes them all, as one wake
+			read = !queued || !showsJob(c)
 		case <-st.w.resync:
 		case <-poll.C:
+		}
+	}
+}
+
+// showsJob reports whether a change of the unit shows a job queued for
+// it (systemd sends the Unit interface's Job with every change, as (id,
+// path), id 0 for none). Until the job result comes, such a state can
+// only mean "still queued" (outcome), however old the change: a start
+// reads the state again only for a change that shows none, or lacks the
+// property. A unit with a process before its main one (the guard) sees
+// three changes with the job queued in every start, and systemd answered
+// a ListUnitsByNames for each.
+func showsJob(c change) bool {
+	job, ok := c.props["Job"].Value().([]any)
+	if !ok || len(job) != 2 {
+		return false
+	}
+	id, ok := job[0].(uint32)
+	return ok && id != 0
+}
+
+// allShowJob takes the changes queued in ch and reports whether each
+// shows a job queued (showsJob).
+func allShowJob(ch <-chan change) bool {
+	all := true
+	for {
+		select {
+		case c := <-ch:
+			all = all && showsJob(c)
+		default:
+			return all
 		}
 	}
 }
