@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,9 +145,12 @@ func TestGuardDeadline(t *testing.T) {
 	}()
 	socketPath = path
 	defer func() { socketPath = control.SocketPath }()
-	err = guard("a.service", time.Now().Add(100*time.Millisecond))
-	if err == nil || !strings.Contains(err.Error(), "no answer from the unitlease daemon") {
-		t.Fatalf("guard past its deadline: %v, want refused with no answer", err)
+	// The read waits out what is left of the deadline, then refuses.
+	if got, want := guard("a.service", time.Now().Add(100*time.Millisecond)), noAnswer+"read: connection timed out"; got != want {
+		t.Fatalf("guard past its deadline: %q, want %q", got, want)
+	}
+	if err := guard("a.service", time.Now()); !strings.HasPrefix(err, noAnswer) {
+		t.Fatalf("guard with its deadline passed: %q, want refused with no answer", err)
 	}
 }
 
@@ -174,14 +180,97 @@ func TestAnswer(t *testing.T) {
 		{"HTTP/1.0 20\r\n\r\n", "no answer from the unitlease daemon: not an HTTP reply"},
 		{"HTTP/1.0 2000 OK\r\n\r\n", "no answer from the unitlease daemon: not an HTTP reply"},
 	} {
-		err := answer([]byte(c.resp))
-		if got := ""; err != nil {
-			got = err.Error()
-			if got != c.want {
-				t.Errorf("answer(%q) = %q, want %q", c.resp, got, c.want)
-			}
-		} else if c.want != "" {
-			t.Errorf("answer(%q) admits, want %q", c.resp, c.want)
+		if got := answer([]byte(c.resp)); got != c.want {
+			t.Errorf("answer(%q) = %q, want %q", c.resp, got, c.want)
+		}
+	}
+}
+
+// The daemon's server reads the escaped name back as the name, whatever
+// its bytes (url.ParseQuery is what net/http's r.FormValue uses).
+func TestQueryEscapeReadsBack(t *testing.T) {
+	names := []string{"a.service", `ul-br@x\x2dy.service`, "a b+c&d=e%f#g?h", "ünï.service", "\x00\xff\n", ""}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 500 {
+		b := make([]byte, r.IntN(40))
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+		names = append(names, string(b))
+	}
+	for _, n := range names {
+		q, err := url.ParseQuery("unit=" + queryEscape(n))
+		if err != nil || q.Get("unit") != n {
+			t.Fatalf("queryEscape(%q) = %q reads back as %q (%v)", n, queryEscape(n), q.Get("unit"), err)
+		}
+	}
+}
+
+// The reason the guard prints is the string the daemon's encoder wrote,
+// as encoding/json reads it: quotes, backslashes, the HTML characters
+// it escapes, control characters, invalid UTF-8, U+2028, surrogate pairs.
+func TestErrorOfReadsTheEncoders(t *testing.T) {
+	reasons := []string{"lease x is held by node-b, not by this node", `a "quoted" \path\`, "<a>&b", "tab\tnl\ncr\r\x00\x1f",
+		"bad \xff\xfe utf-8", "line\u2028sep\u2029", "emoji 😀", "/slash/"}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		b := make([]byte, 1+r.IntN(30))
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+		reasons = append(reasons, string(b))
+	}
+	for _, reason := range reasons {
+		var body strings.Builder
+		if err := json.NewEncoder(&body).Encode(struct {
+			Error string `json:"error"`
+		}{reason}); err != nil {
+			t.Fatal(err)
+		}
+		var want struct{ Error string }
+		if err := json.Unmarshal([]byte(body.String()), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got := errorOf(body.String()); got != want.Error {
+			t.Errorf("errorOf(%q) = %q, want %q", body.String(), got, want.Error)
+		}
+	}
+	// Hand-written escapes encoding/json reads too.
+	for body, want := range map[string]string{
+		`{"error":"\ud83d\ude00"}`:        "😀",
+		`{"error":"\ud83d"}`:              "\ufffd",
+		`{"error":"\ud83dx"}`:             "\ufffdx",
+		`{"error":"\ud83d\u0041"}`:        "\ufffdA",
+		`{"error":"\b\f\/"}`:              "\b\f/",
+		` { "error" : "spaced" } ` + "\n": "spaced",
+	} {
+		var dec struct{ Error string }
+		if err := json.Unmarshal([]byte(body), &dec); err != nil || dec.Error != want {
+			t.Fatalf("the test's own %q: encoding/json reads %q (%v), want %q", body, dec.Error, err, want)
+		}
+		if got := errorOf(body); got != want {
+			t.Errorf("errorOf(%q) = %q, want %q", body, got, want)
+		}
+	}
+	// Anything else is no reason: the guard prints the status instead.
+	for _, body := range []string{"", "boom", `{"error":"x"`, `{"error":"x"}{}`, `{"reason":"x"}`, `{"error":1}`,
+		`{"error":"x","y":1}`, `{"error":"\x"}`, `{"error":"\u12"}`, "{\"error\":\"a\nb\"}", `["error","x"]`} {
+		if got := errorOf(body); got != "" {
+			t.Errorf("errorOf(%q) = %q, want none", body, got)
+		}
+	}
+}
+
+// The launcher links none of the packages that doubled its start.
+func TestLauncherLinksLittle(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		switch p {
+		case "net", "net/url", "encoding/json", "fmt", "reflect", "strings":
+			t.Errorf("the launcher links %s", p)
 		}
 	}
 }
