@@ -67,12 +67,9 @@ func guard(unit string, deadline time.Time) string {
 	}
 	defer syscall.Close(fd)
 	// A connect waits while the daemon's backlog is full, and reads while
-	// it has not answered: each is bounded by what is left of deadline
-	// (SO_SNDTIMEO bounds a connect on a Unix socket).
-	if err := timeout(fd, syscall.SO_SNDTIMEO, deadline); err != nil {
-		return noAnswer + err.Error()
-	}
-	if err := connect(fd, socketPath); err != nil {
+	// it has not answered: each call is bounded by what is left of
+	// deadline (SO_SNDTIMEO bounds a connect on a Unix socket).
+	if err := connect(fd, socketPath, deadline); err != nil {
 		return noAnswer + "connect " + socketPath + ": " + timedOut(err).Error()
 	}
 	req := "GET /guard?unit=" + queryEscape(unit) + " HTTP/1.0\r\nHost: unitlease\r\n\r\n"
@@ -111,9 +108,14 @@ func guard(unit string, deadline time.Time) string {
 }
 
 // connect connects fd to the Unix socket at path, again if a signal
-// interrupts it.
-func connect(fd int, path string) error {
+// interrupts it. Each try waits at most what is left of deadline: the
+// kernel starts the socket's timeout afresh on every call, so a timeout
+// set once would let a stream of signals keep the guard waiting for good.
+func connect(fd int, path string, deadline time.Time) error {
 	for {
+		if err := timeout(fd, syscall.SO_SNDTIMEO, deadline); err != nil {
+			return err
+		}
 		err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: path})
 		if err != syscall.EINTR {
 			return err
