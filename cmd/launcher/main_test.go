@@ -54,7 +54,7 @@ func (g guardService) Guard(ctx context.Context, unit string) error {
 
 // serve runs the daemon's control server (the real one: its root-only
 // listener, its HTTP handler) on a socket under a temporary directory.
-func serve(t *testing.T) (string, chan control.Peer) {
+func serve(t testing.TB) (string, chan control.Peer) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "run", "control.sock")
 	l, err := control.Listen(path)
