@@ -66,7 +66,7 @@ func unitProps(active, sub string, job uint32) map[string]dbus.Variant {
 func (s *Systemd) startWatcher(unit string, probe *watcher) *watcher {
 	s.watchers.mu.Lock()
 	defer s.watchers.mu.Unlock()
-	for w := range s.watchers.byUnit[unit] {
+	for _, w := range s.watchers.byUnit[unit] {
 		if w != probe {
 			return w
 		}

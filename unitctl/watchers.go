@@ -1,6 +1,7 @@
 package unitctl
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/godbus/dbus/v5"
@@ -18,7 +19,7 @@ type change struct {
 // connection, go-systemd's own full buffer), resync is poked and the
 // watcher re-reads the state from systemd instead.
 type watcher struct {
-	units   map[string]bool
+	units   []string // sorted, each once
 	changes chan change
 	resync  chan struct{}
 }
@@ -30,7 +31,7 @@ type watcher struct {
 type watchers struct {
 	mu     sync.Mutex
 	set    map[*watcher]bool
-	byUnit map[string]map[*watcher]bool
+	byUnit map[string][]*watcher // a unit has few: its watch, and a start or stop under way
 }
 
 // watcherBuffer is the changes a watcher of one unit holds before it is
@@ -42,23 +43,17 @@ func (ws *watchers) add(units ...string) *watcher {
 	if len(units) > 1 {
 		size = 256
 	}
-	w := &watcher{units: map[string]bool{}, changes: make(chan change, size), resync: make(chan struct{}, 1)}
-	for _, u := range units {
-		w.units[u] = true
-	}
+	units = slices.Clone(units)
+	slices.Sort(units)
+	w := &watcher{units: slices.Compact(units), changes: make(chan change, size), resync: make(chan struct{}, 1)}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.set == nil {
-		ws.set, ws.byUnit = map[*watcher]bool{}, map[string]map[*watcher]bool{}
+		ws.set, ws.byUnit = map[*watcher]bool{}, map[string][]*watcher{}
 	}
 	ws.set[w] = true
-	for u := range w.units {
-		m := ws.byUnit[u]
-		if m == nil {
-			m = map[*watcher]bool{}
-			ws.byUnit[u] = m
-		}
-		m[w] = true
+	for _, u := range w.units {
+		ws.byUnit[u] = append(ws.byUnit[u], w)
 	}
 	return w
 }
@@ -67,12 +62,12 @@ func (ws *watchers) remove(w *watcher) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	delete(ws.set, w)
-	for u := range w.units {
-		if m := ws.byUnit[u]; m != nil {
-			delete(m, w)
-			if len(m) == 0 {
-				delete(ws.byUnit, u)
-			}
+	for _, u := range w.units {
+		l := slices.DeleteFunc(ws.byUnit[u], func(x *watcher) bool { return x == w })
+		if len(l) == 0 {
+			delete(ws.byUnit, u)
+		} else {
+			ws.byUnit[u] = l
 		}
 	}
 }
@@ -80,7 +75,7 @@ func (ws *watchers) remove(w *watcher) {
 func (ws *watchers) deliver(unit string, props map[string]dbus.Variant, gen uint64) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for w := range ws.byUnit[unit] {
+	for _, w := range ws.byUnit[unit] {
 		select {
 		case w.changes <- change{unit, props, gen}:
 		default:

@@ -27,3 +27,19 @@ func TestWatchersDeliverToTheUnitsWatchersOnly(t *testing.T) {
 		t.Fatalf("a full watcher holds %d of %d changes and %d resync pokes; want it full and poked", len(b.changes), cap(b.changes), len(b.resync))
 	}
 }
+
+// TestWatchersNameAUnitOnce: a watcher given a unit twice gets each change
+// of it once, and its removal leaves the unit's other watchers in place.
+func TestWatchersNameAUnitOnce(t *testing.T) {
+	var ws watchers
+	twice := ws.add("a.service", "a.service")
+	other := ws.add("a.service")
+	ws.deliver("a.service", nil, 1)
+	if len(twice.changes) != 1 || len(other.changes) != 1 {
+		t.Fatalf("one change reached the watcher named twice %d times, the other %d; want 1 and 1", len(twice.changes), len(other.changes))
+	}
+	ws.remove(twice)
+	if l := ws.byUnit["a.service"]; len(l) != 1 || l[0] != other {
+		t.Fatalf("after removing one of a.service's two watchers, its index holds %v; want only the other", l)
+	}
+}

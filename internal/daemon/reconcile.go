@@ -447,10 +447,10 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string, ineligib
 	if d.metrics != nil {
 		sup.SetMeter(d.metrics.Lease(lease))
 	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sup.Start(sctx)
+	sctx := context.WithoutCancel(ctx)
+	end := sup.Launch(sctx)
 	d.mu.Lock()
-	d.sups[lease] = &running{sup: sup, cancel: cancel}
+	d.sups[lease] = &running{sup: sup, cancel: end}
 	for _, u := range units {
 		d.byUnit[u] = sup
 	}

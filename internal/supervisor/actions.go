@@ -157,24 +157,34 @@ func (s *Supervisor) stop(ctx context.Context) policy.Event {
 	// The stop due by a deadline that step marked pending; a stop tried
 	// again after a failed one (by == 0) adopts what is still pending.
 	p := s.stopping.Load()
-	for _, u := range s.Units {
-		wg.Go(func() {
-			var queued func()
-			if p != nil {
-				queued = func() { s.taken(p, u) }
-			}
-			k, err := s.units.Stop(ctx, u, queued)
-			if err == nil && queued != nil {
-				queued() // stopped, whether or not it said when systemd had it
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			killed = killed || k
-			if err != nil {
-				failed = true
-				s.logger().Error("stopping "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "stop_failed")
-			}
-		})
+	stopOne := func(u string) {
+		var queued func()
+		if p != nil {
+			queued = func() { s.taken(p, u) }
+		}
+		k, err := s.units.Stop(ctx, u, queued)
+		if err == nil && queued != nil {
+			queued() // stopped, whether or not it said when systemd had it
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		killed = killed || k
+		if err != nil {
+			failed = true
+			s.logger().Error("stopping "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "stop_failed")
+		}
+	}
+	// The last unit's stop runs on this goroutine: a lease of one unit
+	// (most are) stops with no goroutine of its own, and a daemon
+	// starting with thousands of leases, which stops every unit at once
+	// (rule 6), does not park twice as many goroutines as it has leases
+	// (the runtime keeps each goroutine's descriptor for good).
+	last := len(s.Units) - 1
+	for _, u := range s.Units[:max(last, 0)] {
+		wg.Go(func() { stopOne(u) })
+	}
+	if last >= 0 {
+		stopOne(s.Units[last])
 	}
 	wg.Wait()
 	if failed {

@@ -168,11 +168,34 @@ func New(lease string, units []string, node string, m policy.Machine, store Reco
 // Actions under way then finish on their own, and their results are
 // dropped. Call Shutdown first for a clean handover.
 func (s *Supervisor) Start(ctx context.Context) {
+	s.begin(ctx)
+	context.AfterFunc(ctx, s.end)
+}
+
+// Launch is Start on a context of the supervisor's own, derived from
+// parent, that the returned end cancels: the supervisor ends when end is
+// called (or parent ends), as it would with Start and context.WithCancel.
+// end may be called more than once. A daemon with thousands of leases
+// launches them: a context ended by a call, not watched, needs no
+// callback registered with it, nor a set of children for one (about 350
+// bytes a lease).
+func (s *Supervisor) Launch(parent context.Context) (end func()) {
+	ctx, cancel := context.WithCancel(parent)
+	s.begin(ctx)
+	if parent.Done() != nil {
+		context.AfterFunc(parent, s.end)
+	}
+	return func() {
+		cancel()
+		s.end()
+	}
+}
+
+func (s *Supervisor) begin(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ctx, s.started = ctx, true
 	s.timer = time.AfterFunc(0, s.tick)
-	context.AfterFunc(ctx, s.end)
 }
 
 // Done is closed once the supervisor took its last step.
@@ -180,6 +203,10 @@ func (s *Supervisor) Done() <-chan struct{} { return s.done }
 
 func (s *Supervisor) end() {
 	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
 	s.ended = true
 	s.timer.Stop()
 	s.due.Store(0) // no step comes any more, and none is overdue

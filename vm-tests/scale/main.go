@@ -142,6 +142,7 @@ type point struct {
 	ready             time.Duration // `systemctl start unitlease.service`: until READY=1
 	held              time.Duration // from the daemon's start until every unit is active
 	rss, cpu          float64       // unscraped: median MB, % of a core
+	peak              float64       // MB: the largest RSS since the daemon started (VmHWM), the start's included
 	commands          float64       // Redis commands per second
 	stopFailed        int           // stop_failed events since the daemon started
 	err               error         // the size could not be measured
@@ -245,20 +246,20 @@ func curve(points []point) error {
 	}
 	fmt.Printf("\nthe curve (retry %v, lease span %v, confirm wait %v)\n", tm.Retry, tm.LeaseSpan, tm.ConfirmWait())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "leases\tsystemd alone: start, stop\tfloor: + lease span + confirm\tunitlease: all active\tratio to floor\twith a process before each start: start\tits floor\tratio to it\tREADY after\tRSS median\tCPU\tCPU per 1,000\tRedis commands\tstop_failed at start\t")
+	fmt.Fprintln(tw, "leases\tsystemd alone: start, stop\tfloor: + lease span + confirm\tunitlease: all active\tratio to floor\twith a process before each start: start\tits floor\tratio to it\tREADY after\tRSS median\tpeak RSS\tCPU\tCPU per 1,000\tRedis commands\tstop_failed at start\t")
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 	for _, p := range points {
 		floor := p.systemdStart + tm.LeaseSpan + tm.ConfirmWait()
 		preFloor := p.preStart + tm.LeaseSpan + tm.ConfirmWait()
 		if p.err != nil {
-			fmt.Fprintf(tw, "%d\t%v, %v\t%v\tnot measured: %v\t\t%v\t%v\t\t\t\t\t\t\t\t\n", p.leases,
+			fmt.Fprintf(tw, "%d\t%v, %v\t%v\tnot measured: %v\t\t%v\t%v\t\t\t\t\t\t\t\t\t\n", p.leases,
 				r(p.systemdStart), r(p.systemdStop), r(floor), p.err, r(p.preStart), r(preFloor))
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%v, %v\t%v\t%v\t%.2f\t%v\t%v\t%.2f\t%v\t%.1f MB\t%.2f%%\t%.2f%%\t%.0f/s\t%d\t\n", p.leases,
+		fmt.Fprintf(tw, "%d\t%v, %v\t%v\t%v\t%.2f\t%v\t%v\t%.2f\t%v\t%.1f MB\t%.1f MB\t%.2f%%\t%.2f%%\t%.0f/s\t%d\t\n", p.leases,
 			r(p.systemdStart), r(p.systemdStop), r(floor), r(p.held), p.held.Seconds()/floor.Seconds(),
 			r(p.preStart), r(preFloor), p.held.Seconds()/preFloor.Seconds(), r(p.ready),
-			p.rss, p.cpu, p.cpu*1000/float64(p.leases), p.commands, p.stopFailed)
+			p.rss, p.peak, p.cpu, p.cpu*1000/float64(p.leases), p.commands, p.stopFailed)
 	}
 	return tw.Flush()
 }
@@ -339,19 +340,20 @@ type sample struct {
 	cpu      time.Duration // the daemon's user + system time
 	rss      int64         // kB
 	anon     int64         // kB of it that is the process's own memory (RssAnon), not the binary's pages (RssFile)
+	peak     int64         // kB: the largest RSS since the daemon started (VmHWM)
 	commands map[string]int64
 	at       time.Time
 }
 
 func take(ctx context.Context, n *vmtests.Node, redis *redistest.Server) (sample, error) {
 	s := sample{at: time.Now(), commands: map[string]int64{}}
-	out, _, err := n.Run(ctx, "sh", "-c", `pid=$(systemctl show -P MainPID unitlease.service); cut -d' ' -f14,15 /proc/$pid/stat; grep -E '^(VmRSS|RssAnon)' /proc/$pid/status`)
+	out, _, err := n.Run(ctx, "sh", "-c", `pid=$(systemctl show -P MainPID unitlease.service); cut -d' ' -f14,15 /proc/$pid/stat; grep -E '^(VmHWM|VmRSS|RssAnon)' /proc/$pid/status`)
 	if err != nil {
 		return s, err
 	}
 	var utime, stime int64
-	var rssLabel, anonLabel string
-	if _, err := fmt.Sscanf(out, "%d %d\n%s %d kB\n%s %d", &utime, &stime, &rssLabel, &s.rss, &anonLabel, &s.anon); err != nil {
+	var peakLabel, rssLabel, anonLabel string
+	if _, err := fmt.Sscanf(out, "%d %d\n%s %d kB\n%s %d kB\n%s %d", &utime, &stime, &peakLabel, &s.peak, &rssLabel, &s.rss, &anonLabel, &s.anon); err != nil {
 		return s, fmt.Errorf("reading /proc: %v: %q", err, out)
 	}
 	s.cpu = time.Duration(utime+stime) * time.Second / 100 // USER_HZ
@@ -372,6 +374,7 @@ type window struct {
 	cpu      float64 // % of a core
 	rss      []int64 // kB, sorted
 	anon     []int64 // kB, sorted
+	peak     int64   // kB: VmHWM at the window's end
 	secs     float64
 	commands map[string]int64 // per second
 }
@@ -403,7 +406,7 @@ func measureWindow(ctx context.Context, n *vmtests.Node, redis *redistest.Server
 	if err != nil {
 		return w, err
 	}
-	w.rss, w.anon = append(w.rss, b.rss), append(w.anon, b.anon)
+	w.rss, w.anon, w.peak = append(w.rss, b.rss), append(w.anon, b.anon), b.peak
 	slices.Sort(w.rss)
 	slices.Sort(w.anon)
 	w.secs = b.at.Sub(a.at).Seconds()
@@ -497,7 +500,7 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, p *po
 	events, notes, _ := countEvents(ctx, n, strings.TrimSpace(cursor))
 	all, startup, counts := countEvents(ctx, n, "")
 	timeline := startTimeline(ctx, n)
-	p.rss, p.cpu, p.stopFailed = quiet.rssMedian(), quiet.cpu, counts["stop_failed"]
+	p.rss, p.peak, p.cpu, p.stopFailed = quiet.rssMedian(), float64(quiet.peak)/1024, quiet.cpu, counts["stop_failed"]
 	var total int64
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(quiet.commands)) {
@@ -517,6 +520,7 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, p *po
 	fmt.Fprintf(tw, "all %d units active after\t%v\n", leases, held.Round(time.Second))
 	fmt.Fprintf(tw, "the start, from daemon_start\t%s\n", timeline)
 	fmt.Fprintf(tw, "daemon RSS, every 5 s while measuring\tmedian %.1f MB, max %.1f MB (%d samples); median %.1f MB of it its own (RssAnon), the rest the binary's pages\n", quiet.rssMedian(), quiet.rssMax(), len(quiet.rss), quiet.anonMedian())
+	fmt.Fprintf(tw, "daemon peak RSS since it started (VmHWM)\t%.1f MB, its first discovery and starts included\n", p.peak)
 	fmt.Fprintf(tw, "daemon CPU, every lease held (over %v)\t%.2f%% of a core\n", measure, quiet.cpu)
 	fmt.Fprintf(tw, "Redis commands\t%.1f/s (%s)\n", float64(total)/quiet.secs, strings.Join(parts, ", "))
 	fmt.Fprintf(tw, "protocol's need: one renewal script per lease per retry\t%.1f/s\n", need)

@@ -1,0 +1,65 @@
+package supervisor
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/policy"
+)
+
+// TestLaunchEndsLikeStart: a launched supervisor acquires and runs its
+// unit as a started one does; end (called twice, as a removal may) ends
+// it, its actions' context with it, and it takes no step after; ending
+// the parent ends one that was never ended.
+func TestLaunchEndsLikeStart(t *testing.T) {
+	launch := func(t *testing.T, store *fakeStore, units *fakeUnits, parent context.Context) (*Supervisor, func()) {
+		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+		return s, s.Launch(parent)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		store, units := &fakeStore{t: t, noRelease: true}, &fakeUnits{}
+		s, end := launch(t, store, units, context.WithoutCancel(t.Context()))
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if running, starts, _ := units.state(); !running || starts != 1 || !s.Status().Holding {
+			t.Fatalf("launched: unit running %t after %d starts, status %+v; want it held and started once", running, starts, s.Status())
+		}
+		end()
+		end()
+		select {
+		case <-s.Done():
+		default:
+			t.Fatal("end returned and Done is not closed")
+		}
+		if s.ctx.Err() == nil {
+			t.Fatal("ended, and the actions' context goes on")
+		}
+		_, version := store.holder()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if _, v := store.holder(); v != version {
+			t.Fatalf("ended at version %d, and the record went on to %d: a step after the end", version, v)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		parent, cancel := context.WithCancel(t.Context())
+		s, end := launch(t, &fakeStore{t: t, noRelease: true}, &fakeUnits{}, parent)
+		defer end()
+		cancel()
+		synctest.Wait()
+		select {
+		case <-s.Done():
+		default:
+			t.Fatal("the parent ended and Done is not closed")
+		}
+	})
+}
