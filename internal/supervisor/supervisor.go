@@ -182,10 +182,12 @@ func (s *Supervisor) Start(ctx context.Context) {
 func (s *Supervisor) Launch(parent context.Context) (end func()) {
 	ctx, cancel := context.WithCancel(parent)
 	s.begin(ctx)
+	unwatch := func() bool { return false }
 	if parent.Done() != nil {
-		context.AfterFunc(parent, s.end)
+		unwatch = context.AfterFunc(parent, s.end) // its stop lets go of s
 	}
 	return func() {
+		unwatch()
 		cancel()
 		s.end()
 	}
@@ -210,8 +212,8 @@ func (s *Supervisor) end() {
 	s.ended = true
 	s.timer.Stop()
 	s.due.Store(0) // no step comes any more, and none is overdue
+	close(s.done)  // under mu: an end that finds it ended finds it closed
 	s.mu.Unlock()
-	close(s.done)
 }
 
 // tick is the timer's event. A timer reset while it was firing may
