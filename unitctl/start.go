@@ -135,14 +135,7 @@ func (st *starting) run(ctx context.Context) (bool, error) {
 // property. A unit with a process before its main one (the guard) sees
 // three changes with the job queued in every start, and systemd answered
 // a ListUnitsByNames for each.
-func showsJob(c change) bool {
-	job, ok := c.props["Job"].Value().([]any)
-	if !ok || len(job) != 2 {
-		return false
-	}
-	id, ok := job[0].(uint32)
-	return ok && id != 0
-}
+func showsJob(c change) bool { return c.job == jobQueued }
 
 // allShowJob takes the changes queued in ch and reports whether each
 // shows a job queued (showsJob).

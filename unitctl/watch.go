@@ -133,7 +133,7 @@ func (wt *watching) run(ctx context.Context, w *watcher, interval time.Duration)
 			return
 		case c := <-w.changes:
 			st := wt.last[c.unit]
-			if stateFrom(&st, c.props) && !wt.emit(ctx, c.unit, st, c.gen) {
+			if stateFrom(&st, c) && !wt.emit(ctx, c.unit, st, c.gen) {
 				return
 			}
 		case <-w.resync:

@@ -2,16 +2,54 @@ package unitctl
 
 import (
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/godbus/dbus/v5"
 )
 
-// change is one PropertiesChanged signal of a unit.
+// change is what a watcher needs of one PropertiesChanged signal of a
+// unit, read out of it once for every watcher: its strings are copies,
+// so a change waiting in a watcher's buffer keeps none of the signal's
+// decoding buffers alive (at a daemon's start, thousands of stops and
+// starts wait for their turn with a few changes each).
 type change struct {
-	unit  string
-	props map[string]dbus.Variant
-	gen   uint64 // the intent generation when it arrived
+	unit     string
+	active   string // ActiveState, if hasState
+	sub      string // SubState, if hasSub
+	hasState bool   // the signal carried the ActiveState
+	hasSub   bool
+	job      jobShown
+	gen      uint64 // the intent generation when it arrived
+}
+
+// jobShown is what a change says of the unit's Job property.
+type jobShown int8
+
+const (
+	jobNotShown jobShown = iota // absent, or not an (id, path) pair
+	jobNone                     // id 0: no job queued
+	jobQueued                   // a job is queued
+)
+
+// changeOf reads a change out of a signal's properties.
+func changeOf(unit string, props map[string]dbus.Variant, gen uint64) change {
+	c := change{unit: unit, gen: gen}
+	if as, ok := props["ActiveState"].Value().(string); ok {
+		c.active, c.hasState = intern(as), true
+		if sub, ok := props["SubState"].Value().(string); ok {
+			c.sub, c.hasSub = intern(sub), true
+		}
+	}
+	if job, ok := props["Job"].Value().([]any); ok && len(job) == 2 {
+		if id, ok := job[0].(uint32); ok {
+			c.job = jobNone
+			if id != 0 {
+				c.job = jobQueued
+			}
+		}
+	}
+	return c
 }
 
 // watcher receives the changes of some units. Delivery never blocks the
@@ -75,9 +113,14 @@ func (ws *watchers) remove(w *watcher) {
 func (ws *watchers) deliver(unit string, props map[string]dbus.Variant, gen uint64) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for _, w := range ws.byUnit[unit] {
+	ours := ws.byUnit[unit]
+	if len(ours) == 0 {
+		return
+	}
+	c := changeOf(strings.Clone(unit), props, gen)
+	for _, w := range ours {
 		select {
-		case w.changes <- change{unit, props, gen}:
+		case w.changes <- c:
 		default:
 			w.poke()
 		}
@@ -99,16 +142,15 @@ func (w *watcher) poke() {
 	}
 }
 
-// stateFrom updates st from a change's properties and reports whether the
-// change carried the ActiveState.
-func stateFrom(st *UnitState, props map[string]dbus.Variant) bool {
-	as, ok := props["ActiveState"].Value().(string)
-	if !ok {
+// stateFrom updates st from a change and reports whether the change
+// carried the ActiveState.
+func stateFrom(st *UnitState, c change) bool {
+	if !c.hasState {
 		return false
 	}
-	st.ActiveState = intern(as)
-	if sub, ok := props["SubState"].Value().(string); ok {
-		st.SubState = intern(sub)
+	st.ActiveState = c.active
+	if c.hasSub {
+		st.SubState = c.sub
 	}
 	return true
 }

@@ -557,6 +557,10 @@ func profile(measure time.Duration, now bool) <-chan error {
 		return done
 	}
 	dir := cmp.Or(os.Getenv("UNITLEASE_PPROF_DIR"), os.TempDir())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		done <- err
+		return done
+	}
 	go func() {
 		secs := int((measure - time.Second).Seconds())
 		// A heap profile now, as the base of the one at the end: what the
