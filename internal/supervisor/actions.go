@@ -135,6 +135,11 @@ func (s *Supervisor) start(ctx context.Context, env Env) policy.Event {
 		s.logger().Warn("reading the units' order: "+err.Error()+"; starting them by name", "UNITLEASE_EVENT", "unit_warning")
 	}
 	for _, u := range order {
+		if ctx.Err() != nil {
+			// The supervisor ended (a shutdown out of time): the units
+			// left are not started, and no step takes the result.
+			return policy.Event{Kind: policy.UnitStartFailed}
+		}
 		if err := s.units.Start(ctx, u, env); err != nil {
 			s.logger().Error("starting "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "start_failed")
 			return policy.Event{Kind: policy.UnitStartFailed}

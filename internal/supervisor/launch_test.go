@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,6 +61,58 @@ func TestLaunchEndsLikeStart(t *testing.T) {
 		case <-s.Done():
 		default:
 			t.Fatal("the parent ended and Done is not closed")
+		}
+	})
+}
+
+// gatedUnits parks the start of gated until gate closes, and records
+// every Start call, whatever its ctx (a systemd that takes a call on an
+// ended context, as unitctl's wait for a free slot may).
+type gatedUnits struct {
+	fakeUnits
+	gated  string
+	gate   chan struct{}
+	called []string
+}
+
+func (u *gatedUnits) Start(ctx context.Context, unit string, env Env) error {
+	u.mu.Lock()
+	u.called = append(u.called, unit)
+	u.mu.Unlock()
+	if unit == u.gated {
+		<-u.gate
+	}
+	return u.fakeUnits.Start(ctx, unit, env)
+}
+
+// TestEndedSupervisorStartsNoMoreOfItsGroup: a supervisor that ends while
+// the first unit of its group is starting (a shutdown out of time) does
+// not go on to start the next: its start stops at the end, whatever
+// the call to systemd would have done with the ended context.
+func TestEndedSupervisorStartsNoMoreOfItsGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &gatedUnits{gated: "a.service", gate: make(chan struct{})}
+		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New("demo", []string{"a.service", "b.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, u, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+		end := s.Launch(context.WithoutCancel(t.Context()))
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		u.mu.Lock()
+		called := slices.Clone(u.called)
+		u.mu.Unlock()
+		if !slices.Equal(called, []string{"a.service"}) {
+			t.Fatalf("starts called %v; want a.service's, under way", called)
+		}
+		end()
+		close(u.gate)
+		synctest.Wait()
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if slices.Contains(u.called, "b.service") {
+			t.Fatalf("ended while a.service started, and b.service was started after: %v", u.called)
 		}
 	})
 }

@@ -263,9 +263,15 @@ func (s *Supervisor) carry(out *policy.Output) {
 			// the deepest this one reached in the steps and the store's
 			// requests before it. Each parked stack was 16 KiB otherwise:
 			// 31 MB of them while 2,000 starts waited their turn.
+			// Its result is stepped as the job's step's own goroutine
+			// would have: without first taking an eligibility change
+			// (deliver's), which would come before it.
 			go func() {
 				if ev, ok := s.execute(first); ok {
-					s.deliver(ev)
+					var next policy.Output
+					if s.step(ev, &next) {
+						s.carry(&next)
+					}
 				}
 			}()
 			return
