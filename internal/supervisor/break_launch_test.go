@@ -43,11 +43,7 @@ import (
 // to call its stop directly.
 func bareSupervisor(t *testing.T, units []string, u Units, log *slog.Logger) *Supervisor {
 	t.Helper()
-	m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return New("demo", units, "node-a", m, &fakeStore{t: t, noRelease: true}, u, BootClock(), log)
+	return demoSupervisor(t, units, &fakeStore{t: t, noRelease: true}, u, log)
 }
 
 // blOutcome is what one unit's stop answers.
@@ -361,11 +357,7 @@ func (c blCheckedStore) Release(ctx context.Context, name string, held policy.Re
 // leading after 30s of fake time, with its end.
 func blLead(t *testing.T, store Records, u Units, units ...string) (*Supervisor, func()) {
 	t.Helper()
-	m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New("demo", units, "node-a", m, store, u, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+	s := demoSupervisor(t, units, store, u, logging.Text(io.Discard, slog.LevelDebug))
 	end := s.Launch(context.WithoutCancel(t.Context()))
 	time.Sleep(30 * time.Second)
 	synctest.Wait()
@@ -507,11 +499,7 @@ func TestBreakLaunchEndDuringAnAcquisition(t *testing.T) {
 		store := &blGatedStore{fakeStore: &fakeStore{t: t, noRelease: true}, entered: make(chan struct{}), gate: make(chan struct{})}
 		store.hangAcquire.Store(true)
 		units := &fakeUnits{}
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+		s := demoSupervisor(t, []string{"demo.service"}, store, units, logging.Text(io.Discard, slog.LevelDebug))
 		end := s.Launch(context.WithoutCancel(t.Context()))
 		<-store.entered
 		end()
@@ -567,11 +555,7 @@ func TestBreakLaunchEndDuringAStart(t *testing.T) {
 		store := &blGatedStore{fakeStore: &fakeStore{t: t, noRelease: true}, entered: make(chan struct{}), gate: make(chan struct{})}
 		units := &blGatedStarts{entered: make(chan struct{}), gate: make(chan struct{})}
 		units.hangStart.Store(true)
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+		s := demoSupervisor(t, []string{"demo.service"}, store, units, logging.Text(io.Discard, slog.LevelDebug))
 		end := s.Launch(context.WithoutCancel(t.Context()))
 		<-units.entered
 		synctest.Wait() // renewals sent while the start hangs are over
@@ -611,12 +595,8 @@ func TestBreakLaunchEndWhileAStepHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &blGatedStore{fakeStore: &fakeStore{t: t, noRelease: true}}
 		units := &fakeUnits{}
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
 		gate := make(chan struct{})
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, BootClock(), slog.New(gatedHandler{gate}))
+		s := demoSupervisor(t, []string{"demo.service"}, store, units, slog.New(gatedHandler{gate}))
 		end := s.Launch(context.WithoutCancel(t.Context()))
 		synctest.Wait() // the startup stop is journalled: the step hangs under mu
 		var released atomic.Bool
@@ -706,11 +686,7 @@ func TestBreakLaunchParentAlreadyCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &blGatedStore{fakeStore: &fakeStore{t: t, noRelease: true}}
 		units := &fakeUnits{}
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+		s := demoSupervisor(t, []string{"demo.service"}, store, units, logging.Text(io.Discard, slog.LevelDebug))
 		parent, cancel := context.WithCancel(t.Context())
 		cancel()
 		end := s.Launch(parent)
@@ -736,11 +712,7 @@ func TestBreakLaunchEndBeforeTheFirstStep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &blGatedStore{fakeStore: &fakeStore{t: t, noRelease: true}}
 		units := &fakeUnits{}
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+		s := demoSupervisor(t, []string{"demo.service"}, store, units, logging.Text(io.Discard, slog.LevelDebug))
 		end := s.Launch(context.WithoutCancel(t.Context()))
 		end()
 		if !blDoneNow(s) {
@@ -771,11 +743,7 @@ func TestBreakLaunchEndReturnsBeforeDoneIsClosed(t *testing.T) {
 	var early atomic.Int32
 	log := logging.Text(io.Discard, slog.LevelDebug)
 	for range rounds {
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, &fakeUnits{}, BootClock(), log)
+		s := demoSupervisor(t, []string{"demo.service"}, &fakeStore{t: t, noRelease: true}, &fakeUnits{}, log)
 		end := s.Launch(context.WithoutCancel(context.Background()))
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -857,11 +825,7 @@ func TestBreakLaunchEndedSupervisorIsCollected(t *testing.T) {
 // blLaunchAndEnd launches a supervisor on parent, ends it, and returns a
 // weak pointer to it: nothing else of it is kept.
 func blLaunchAndEnd(t *testing.T, parent context.Context, launch func(*Supervisor, context.Context) func()) weak.Pointer[Supervisor] {
-	m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New("demo", []string{"demo.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, &fakeUnits{}, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+	s := demoSupervisor(t, []string{"demo.service"}, &fakeStore{t: t, noRelease: true}, &fakeUnits{}, logging.Text(io.Discard, slog.LevelDebug))
 	end := launch(s, parent)
 	end()
 	<-s.Done()

@@ -13,17 +13,24 @@ import (
 	"github.com/unitlease/unitlease/policy"
 )
 
+// demoSupervisor is lease demo of units on node-a, over store and u,
+// with testTiming and seed 7, not started.
+func demoSupervisor(t testing.TB, units []string, store Records, u Units, log *slog.Logger) *Supervisor {
+	t.Helper()
+	m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New("demo", units, "node-a", m, store, u, BootClock(), log)
+}
+
 // TestLaunchEndsLikeStart: a launched supervisor acquires and runs its
 // unit as a started one does; end (called twice, as a removal may) ends
 // it, its actions' context with it, and it takes no step after; ending
 // the parent ends one that was never ended.
 func TestLaunchEndsLikeStart(t *testing.T) {
 	launch := func(t *testing.T, store *fakeStore, units *fakeUnits, parent context.Context) (*Supervisor, func()) {
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+		s := demoSupervisor(t, []string{"demo.service"}, store, units, logging.Text(io.Discard, slog.LevelDebug))
 		return s, s.Launch(parent)
 	}
 	synctest.Test(t, func(t *testing.T) {
@@ -92,11 +99,7 @@ func (u *gatedUnits) Start(ctx context.Context, unit string, env Env) error {
 func TestEndedSupervisorStartsNoMoreOfItsGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &gatedUnits{gated: "a.service", gate: make(chan struct{})}
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New("demo", []string{"a.service", "b.service"}, "node-a", m, &fakeStore{t: t, noRelease: true}, u, BootClock(), logging.Text(io.Discard, slog.LevelDebug))
+		s := demoSupervisor(t, []string{"a.service", "b.service"}, &fakeStore{t: t, noRelease: true}, u, logging.Text(io.Discard, slog.LevelDebug))
 		end := s.Launch(context.WithoutCancel(t.Context()))
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
