@@ -165,7 +165,7 @@ func (d *discovery) run(ctx context.Context, names []string) {
 
 // unit reads one candidate's files and parses its annotation.
 func (d *discovery) unit(ctx context.Context, name string) {
-	paths, err := d.paths(ctx, name)
+	id, paths, err := d.paths(ctx, name)
 	if err != nil {
 		d.fail(fmt.Errorf("unitctl: %s: %w", name, err))
 		return
@@ -181,35 +181,41 @@ func (d *discovery) unit(ctx context.Context, name string) {
 		marked = marked || bytes.Contains(contents[i], sectionHeader)
 	}
 	if marked {
-		d.marked(ctx, name, paths, contents)
+		d.marked(id, paths, contents)
 	}
 }
 
-// paths asks systemd which files make up the unit, in the order it
-// applies them.
-func (d *discovery) paths(ctx context.Context, name string) ([]string, error) {
-	frag, err := d.s.unitProperty(ctx, name, "FragmentPath")
-	if err != nil {
-		return nil, err
+// discoveryProps are what discovery reads of a candidate: its own name
+// (name may be an alias) and which files make it up.
+var discoveryProps = []string{"Id", "FragmentPath", "DropInPaths"}
+
+// paths asks systemd for the unit's own name and the files that make up
+// the unit, in the order it applies them: in one round, the unit held
+// loaded (unitPropsHeld), or, if it cannot be held, one call each.
+func (d *discovery) paths(ctx context.Context, name string) (string, []string, error) {
+	var props map[string]any
+	err := d.s.with(ctx, func(c *sd.Conn) (err error) {
+		props, _, err = d.s.unitPropsHeld(ctx, c, name, discoveryProps, false)
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		props = map[string]any{}
+		for _, p := range discoveryProps {
+			v, err := d.s.unitProperty(ctx, name, p)
+			if err != nil {
+				return "", nil, err
+			}
+			props[p] = v.Value()
+		}
+	} else if err != nil {
+		return "", nil, err
 	}
-	drops, err := d.s.unitProperty(ctx, name, "DropInPaths")
-	if err != nil {
-		return nil, err
-	}
-	f, _ := frag.Value().(string)
-	dropins, _ := drops.Value().([]string)
-	return unitFiles(f, dropins), nil
+	return str(props, "Id"), unitFiles(str(props, "FragmentPath"), strs(props, "DropInPaths")), nil
 }
 
 // marked parses the annotation of a unit whose files carry the section,
-// under the unit's own name (its Id; name may be an alias).
-func (d *discovery) marked(ctx context.Context, name string, paths []string, contents [][]byte) {
-	id, err := d.s.unitProperty(ctx, name, "Id")
-	if err != nil {
-		d.fail(fmt.Errorf("unitctl: %s: %w", name, err))
-		return
-	}
-	unit, _ := id.Value().(string)
+// under the unit's own name (its Id).
+func (d *discovery) marked(unit string, paths []string, contents [][]byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.seen[unit] {

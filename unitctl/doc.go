@@ -62,7 +62,9 @@
 // the main process and SIGKILL to the whole cgroup, so the cgroup still
 // ends empty); SendSIGKILL=no; Type=oneshot without RemainAfterExit=yes;
 // RefuseManualStart= or RefuseManualStop=; it is enabled (UnitFileState
-// enabled, enabled-runtime, linked or linked-runtime); another unit pulls it
+// enabled, enabled-runtime, linked or linked-runtime: systemd is asked
+// for it unless a scan of the unit directories, ScanLinks, found no link
+// that could tie the unit); another unit pulls it
 // in through Wants=, Requires=, Upholds= or BindsTo=, or starts it through
 // OnFailure= or OnSuccess=, or a socket, timer or path unit triggers it;
 // it has a BusName= (D-Bus activation); FinalKillSignal= is not SIGKILL; TimeoutStopFailureMode=abort;

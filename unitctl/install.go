@@ -23,12 +23,17 @@ import (
 // until reboot); Validate then sees the settings that drop-in pinned,
 // which were validated when it was written, and leaves the guard out of
 // the unit's own ExecStartPre= commands.
-func (s *Systemd) Validate(ctx context.Context, unit string, cfg Config) (*Plan, error) {
+//
+// links, if not nil, is a scan of the unit directories (ScanLinks) taken
+// before: systemd is not asked for the UnitFileState of a unit that no
+// link found can tie (see Links), which at thousands of units is most of
+// what reading them costs systemd.
+func (s *Systemd) Validate(ctx context.Context, unit string, cfg Config, links *Links) (*Plan, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	st, err := s.readSettings(ctx, unit)
+	st, err := s.readSettingsKnowing(ctx, unit, links)
 	if err != nil {
 		return nil, err
 	}

@@ -41,13 +41,13 @@ func TestNodeInstall(t *testing.T) {
 	managed := []string{"ul-inst-a.service", "ul-inst-b.service", "ul-inst-c.service"}
 	ctx := ctxFor(t, time.Minute)
 
-	_, err := s.Validate(ctx, "ul-inst-process.service", cfg)
+	_, err := s.Validate(ctx, "ul-inst-process.service", cfg, nil)
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "KillMode=process") {
 		t.Errorf("Validate(KillMode=process) = %v, want a refusal naming KillMode=process", err)
 	}
 	var plans []*Plan
 	for _, u := range managed {
-		p, err := s.Validate(ctx, u, cfg)
+		p, err := s.Validate(ctx, u, cfg, nil)
 		if err != nil {
 			t.Fatalf("Validate(%s): %v", u, err)
 		}
@@ -158,7 +158,7 @@ func TestNodeInstallOldDropIn(t *testing.T) {
 		os.Remove(filepath.Dir(old))
 		systemctlQuiet("daemon-reload")
 	})
-	p, err := s.Validate(ctx, unit, cfg)
+	p, err := s.Validate(ctx, unit, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestNodeInstallOldDropIn(t *testing.T) {
 	}
 	plantOld()
 
-	p, err = s.Validate(ctx, unit, cfg)
+	p, err = s.Validate(ctx, unit, cfg, nil)
 	if err != nil {
 		t.Fatalf("Validate with the old drop-in: %v", err)
 	}

@@ -145,7 +145,9 @@ const (
 // BenchmarkNodeReadSettings measures what reading the settings of units
 // not loaded (inactive, as every unit is at the first discovery after
 // boot) costs systemd and dbus-daemon in CPU, and the wall time, per
-// unit: as validation reads them (one call), as it did before (a call
+// unit: as validation reads them without a scan of the links (one
+// call) and with one (knowing links: no UnitFileState, the Unit
+// properties one by one with the unit held loaded), as it did before (a call
 // per interface), as verification reads them (readInEffect: no
 // UnitFileState), and UnitFileState alone, which systemd works out by
 // looking through the unit directories. Each unit has a drop-in
@@ -165,11 +167,16 @@ func BenchmarkNodeReadSettings(b *testing.B) {
 	installUnits(b, files)
 	dbusPID := pidOf(b, "dbus-daemon")
 	ctx := context.Background()
+	links, err := s.ScanLinks(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ways := []struct {
 		name string
 		read func(context.Context, string) (settings, error)
 	}{
 		{"one call", s.readSettings},
+		{"knowing links", func(ctx context.Context, u string) (settings, error) { return s.readSettingsKnowing(ctx, u, links) }},
 		{"per interface", s.settingsPerInterface},
 		{"in effect", s.readInEffect},
 		{"UnitFileState", func(ctx context.Context, u string) (settings, error) {

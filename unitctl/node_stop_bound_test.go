@@ -53,14 +53,14 @@ func TestNodeStopBoundWithoutDaemon(t *testing.T) {
 	}
 	installUnits(t, files)
 	ctx := ctxFor(t, time.Minute)
-	if _, err := s.Validate(ctx, weak, cfg); !errors.Is(err, ErrRefused) ||
+	if _, err := s.Validate(ctx, weak, cfg, nil); !errors.Is(err, ErrRefused) ||
 		!strings.Contains(err.Error(), "FinalKillSignal=SIGQUIT") || !strings.Contains(err.Error(), "TimeoutStopFailureMode=abort") {
 		t.Errorf("Validate(%s) = %v, want a refusal naming FinalKillSignal=SIGQUIT and TimeoutStopFailureMode=abort", weak, err)
 	}
 	var plans []*Plan
 	var units []string
 	for _, c := range cases {
-		p, err := s.Validate(ctx, c.unit, cfg)
+		p, err := s.Validate(ctx, c.unit, cfg, nil)
 		if err != nil {
 			t.Fatalf("Validate(%s): %v", c.unit, err)
 		}

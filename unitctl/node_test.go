@@ -113,7 +113,7 @@ func managedUnit(tb testing.TB, unit, text string) (*Systemd, Config, *Plan) {
 	cfg := Config{StopWait: 4 * time.Second, Guard: []string{"/run/ul-test/guard"}, DaemonUnit: daemon}
 	installUnits(tb, map[string]string{daemon: plainService, unit: text})
 	ctx := ctxFor(tb, time.Minute)
-	p, err := s.Validate(ctx, unit, cfg)
+	p, err := s.Validate(ctx, unit, cfg, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -44,14 +44,14 @@ func TestNodeRefusedStartPaths(t *testing.T) {
 		{"ul-refs-final.service", "FinalKillSignal=SIGQUIT (set in " + unitDir + "/ul-refs-final.service:3)"},
 		{"ul-refs-abort.service", "TimeoutStopFailureMode=abort (set in " + unitDir + "/ul-refs-abort.service:3)"},
 	} {
-		_, err := s.Validate(ctx, tc.unit, cfg)
+		_, err := s.Validate(ctx, tc.unit, cfg, nil)
 		var re *RefusedError
 		if !errors.As(err, &re) || len(re.Reasons) != 1 || !strings.Contains(re.Reasons[0], tc.want) {
 			t.Errorf("Validate(%s) = %v, want one refusal containing %q", tc.unit, err, tc.want)
 		}
 	}
 	// Their counterparts without the other unit's dependency are accepted.
-	if _, err := s.Validate(ctx, "ul-refs-daemon.service", cfg); err != nil {
+	if _, err := s.Validate(ctx, "ul-refs-daemon.service", cfg, nil); err != nil {
 		t.Errorf("Validate(ul-refs-daemon.service), a plain service: %v", err)
 	}
 }
@@ -104,7 +104,7 @@ func TestNodeVerifyNamesTheFile(t *testing.T) {
 		"systemd does not list "+ours+" among its drop-ins",
 		"(emptied in "+override+":2)",
 		"KillMode=process (set in "+override+":3), want control-group")
-	if _, err := s.Validate(ctx, unit, cfg); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "KillMode=process (set in "+override+":3)") {
+	if _, err := s.Validate(ctx, unit, cfg, nil); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "KillMode=process (set in "+override+":3)") {
 		t.Errorf("Validate with override.conf and no drop-in = %v, want a refusal naming %s:3", err, override)
 	}
 	// Recheck, as the daemon runs it after a reload, writes it again.
@@ -123,7 +123,7 @@ func TestNodeVerifyNamesTheFile(t *testing.T) {
 	wantAll("Recheck with "+later, failed[unit],
 		"(emptied in "+later+":2, then set in "+later+":3)",
 		"FinalKillSignal=SIGQUIT (set in "+later+":4), want SIGKILL")
-	if _, err := s.Validate(ctx, unit, cfg); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "FinalKillSignal=SIGQUIT (set in "+later+":4)") {
+	if _, err := s.Validate(ctx, unit, cfg, nil); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "FinalKillSignal=SIGQUIT (set in "+later+":4)") {
 		t.Errorf("Validate with %s = %v, want a refusal naming it", later, err)
 	}
 }

@@ -300,23 +300,116 @@ func (s *Systemd) readSettings(ctx context.Context, unit string) (settings, erro
 	return decodeSettings(unit, props, svc)
 }
 
+// settingsUnitProps are the properties of the Unit interface that
+// validation reads when a scan of the links (Links) has ruled the unit's
+// UnitFileState out of the states it refuses: every one decodeSettings
+// takes but UnitFileState, and Names for the scan's check.
+var settingsUnitProps = []string{"Id", "Names", "LoadState", "FragmentPath", "DropInPaths",
+	"WantedBy", "RequiredBy", "UpheldBy", "TriggeredBy", "BoundBy", "OnFailureOf", "OnSuccessOf",
+	"BindsTo", "After", "RefuseManualStart", "RefuseManualStop"}
+
+// readSettingsKnowing reads what validation needs, as readSettings does,
+// but without UnitFileState when links shows that no link can tie the
+// unit (see Links): the unit is held loaded with Ref while its Unit
+// properties are read one by one, together (systemd would load it anew
+// for each read otherwise), with the Service interface's in one GetAll.
+// Where links cannot rule it out, or anything here fails, it reads as
+// readSettings does. UnitFileState is then "", which validation does not
+// refuse: no link ties the unit, so it is none of the states refused.
+func (s *Systemd) readSettingsKnowing(ctx context.Context, unit string, links *Links) (settings, error) {
+	if links == nil {
+		return s.readSettings(ctx, unit)
+	}
+	var u, svc map[string]any
+	err := s.with(ctx, func(c *sd.Conn) (err error) {
+		u, svc, err = s.unitPropsHeld(ctx, c, unit, settingsUnitProps, strings.HasSuffix(unit, ".service"))
+		return err
+	})
+	if err != nil || links.mayTie(strs(u, "Names"), str(u, "FragmentPath")) {
+		return s.readSettings(ctx, unit)
+	}
+	return decodeSettings(unit, u, svc)
+}
+
+// unitPropsHeld reads props of unit's Unit interface and, if service,
+// every property of its Service interface, all sent at once, with the
+// unit held by a Ref: systemd unloads a unit that nothing holds after
+// each call, and would load it anew for every one. A property systemd
+// does not know (an older systemd) is left out, as GetAll leaves it out.
+func (s *Systemd) unitPropsHeld(ctx context.Context, c *sd.Conn, unit string, props []string, service bool) (u, svc map[string]any, err error) {
+	bus, err := s.busOf(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	obj := bus.Object("org.freedesktop.systemd1", dbus.ObjectPath("/org/freedesktop/systemd1/unit/"+sd.PathBusEscape(unit)))
+	if err := obj.CallWithContext(ctx, "org.freedesktop.systemd1.Unit.Ref", 0).Err; err != nil {
+		return nil, nil, err
+	}
+	defer obj.CallWithContext(ctx, "org.freedesktop.systemd1.Unit.Unref", 0) // if ctx ended, the ref goes with the connection
+	n := len(props)
+	if service {
+		n++
+	}
+	done := make(chan *dbus.Call, n)
+	gets := make([]*dbus.Call, len(props))
+	for i, name := range props {
+		gets[i] = obj.GoWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, done, "org.freedesktop.systemd1.Unit", name)
+	}
+	var all *dbus.Call
+	if service {
+		all = obj.GoWithContext(ctx, "org.freedesktop.DBus.Properties.GetAll", 0, done, "org.freedesktop.systemd1.Service")
+	}
+	for range n {
+		<-done
+	}
+	u = make(map[string]any, len(props))
+	for i, call := range gets {
+		var v dbus.Variant
+		if err := call.Store(&v); err != nil {
+			if dbusErrorName(err) == "org.freedesktop.DBus.Error.UnknownProperty" {
+				continue
+			}
+			return nil, nil, err
+		}
+		u[props[i]] = v.Value()
+	}
+	if all != nil {
+		var vs map[string]dbus.Variant
+		if err := all.Store(&vs); err != nil {
+			return nil, nil, err
+		}
+		svc = make(map[string]any, len(vs))
+		for k, v := range vs {
+			svc[k] = v.Value()
+		}
+	}
+	return u, svc, nil
+}
+
 // inEffectUnitProps are the properties of the Unit interface that
 // verification (Plan.verify) reads: where the unit's files are, and
 // BindsTo= and After=.
 var inEffectUnitProps = []string{"FragmentPath", "DropInPaths", "BindsTo", "After"}
 
 // readInEffect reads what verification needs: the Unit properties of
-// inEffectUnitProps, one Get each, and every Service property. Not the
-// Unit interface's GetAll: it has systemd work out UnitFileState, which it
-// does on each read after a reload by looking through the unit
-// directories for links to the unit (about 80% of what reading all of a
-// unit's settings costs systemd, BenchmarkNodeReadSettings, and more the
-// more units and drop-ins there are), and verification does not need it.
-// The other fields of the settings are left zero.
+// inEffectUnitProps and every Service property, with the unit held
+// loaded (unitPropsHeld). Not the Unit interface's GetAll: it has systemd
+// work out UnitFileState, which it does on each read after a reload by
+// looking through the unit directories for links to the unit (about 80%
+// of what reading all of a unit's settings costs systemd,
+// BenchmarkNodeReadSettings, and more the more units and drop-ins there
+// are), and verification does not need it. If the unit cannot be held,
+// the properties are read one call each. The other fields of the
+// settings are left zero.
 func (s *Systemd) readInEffect(ctx context.Context, unit string) (settings, error) {
-	u := make(map[string]any, len(inEffectUnitProps))
-	var svc map[string]any
+	var u, svc map[string]any
+	service := strings.HasSuffix(unit, ".service")
 	err := s.with(ctx, func(c *sd.Conn) (err error) {
+		u, svc, err = s.unitPropsHeld(ctx, c, unit, inEffectUnitProps, service)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		u = make(map[string]any, len(inEffectUnitProps))
 		for _, name := range inEffectUnitProps {
 			p, err := c.GetUnitPropertyContext(ctx, unit, name)
 			if err != nil {
@@ -324,7 +417,7 @@ func (s *Systemd) readInEffect(ctx context.Context, unit string) (settings, erro
 			}
 			u[name] = p.Value.Value()
 		}
-		if strings.HasSuffix(unit, ".service") {
+		if service {
 			svc, err = c.GetUnitTypePropertiesContext(ctx, unit, "Service")
 		}
 		return err

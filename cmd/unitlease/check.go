@@ -204,8 +204,12 @@ func (c *checker) units(ctx context.Context, cfg *config.Config) {
 	}
 	ucfg := unitctl.Config{StopWait: cfg.Timing.StopWait}
 	daemonState := map[string]string{} // the daemon unit's ActiveState, read once
+	links, err := sd.ScanLinks(ctx)
+	if err != nil {
+		links = nil // each unit's UnitFileState from systemd
+	}
 	for _, a := range anns {
-		plan, err := sd.Validate(ctx, a.Unit, ucfg)
+		plan, err := sd.Validate(ctx, a.Unit, ucfg, links)
 		var refused *unitctl.RefusedError
 		switch {
 		case errors.As(err, &refused):

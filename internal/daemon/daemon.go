@@ -41,7 +41,11 @@ type Manager interface {
 	State(ctx context.Context, unit string) (unitctl.UnitState, error)
 	StartOrder(ctx context.Context, units []string) ([]string, error)
 	Discover(ctx context.Context, extra ...string) ([]unitctl.Annotation, []error)
-	Validate(ctx context.Context, unit string, cfg unitctl.Config) (*unitctl.Plan, error)
+	// ScanLinks reads the unit directories' links once for a batch of
+	// Validate calls; nil links (an error) has each read its unit's
+	// UnitFileState from systemd.
+	ScanLinks(ctx context.Context) (*unitctl.Links, error)
+	Validate(ctx context.Context, unit string, cfg unitctl.Config, links *unitctl.Links) (*unitctl.Plan, error)
 	Install(ctx context.Context, plans []*unitctl.Plan) (map[string]error, error)
 	Recheck(ctx context.Context, plans []*unitctl.Plan) (map[string]error, error)
 	Uninstall(ctx context.Context, cfg unitctl.Config, units []string) error

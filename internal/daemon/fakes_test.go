@@ -408,7 +408,9 @@ func (f *fakeSystemd) Discover(context.Context, ...string) ([]unitctl.Annotation
 	return anns, nil
 }
 
-func (f *fakeSystemd) Validate(_ context.Context, unit string, _ unitctl.Config) (*unitctl.Plan, error) {
+func (f *fakeSystemd) ScanLinks(context.Context) (*unitctl.Links, error) { return nil, nil }
+
+func (f *fakeSystemd) Validate(_ context.Context, unit string, _ unitctl.Config, _ *unitctl.Links) (*unitctl.Plan, error) {
 	f.mu.Lock()
 	slow := f.slowCheck
 	f.mu.Unlock()

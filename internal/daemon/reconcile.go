@@ -212,8 +212,13 @@ func (d *Daemon) validate(ctx context.Context, groups map[string][]string, lease
 			checks = append(checks, check{lease: lease, unit: u})
 		}
 	}
+	links, err := d.sd.ScanLinks(ctx)
+	if err != nil {
+		d.log.Warn(err.Error() + "; asking systemd for each unit's UnitFileState instead")
+		links = nil
+	}
 	unitctl.Each(len(checks), unitctl.ReadsInFlight, func(i int) {
-		checks[i].plan, checks[i].err = d.sd.Validate(ctx, checks[i].unit, d.ucfg)
+		checks[i].plan, checks[i].err = d.sd.Validate(ctx, checks[i].unit, d.ucfg, links)
 		d.validated.Add(1)
 	})
 	return checks

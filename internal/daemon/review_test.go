@@ -27,12 +27,12 @@ type validateFlaky struct {
 	fail map[string]bool
 }
 
-func (v validateFlaky) Validate(ctx context.Context, unit string, c unitctl.Config) (*unitctl.Plan, error) {
+func (v validateFlaky) Validate(ctx context.Context, unit string, c unitctl.Config, links *unitctl.Links) (*unitctl.Plan, error) {
 	if v.fail[unit] {
 		delete(v.fail, unit)
 		return nil, fmt.Errorf("unitctl: read %s: %w", unit, context.DeadlineExceeded)
 	}
-	return v.fakeSystemd.Validate(ctx, unit, c)
+	return v.fakeSystemd.Validate(ctx, unit, c, links)
 }
 
 // SIGTERM while a removal waits on a failed stop: the loop runs Shutdown
