@@ -8,6 +8,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
@@ -30,6 +31,10 @@ type link struct {
 	events  *dbus.Conn
 	signals chan *dbus.Signal  // closed by godbus when events closes
 	cancel  context.CancelFunc // ends the context the connections were opened with, which closes them
+	// noRef: systemd refused a Unit.Ref on this link (a direct
+	// connection to its private socket has no bus name to hold the
+	// reference), so reads do without one
+	noRef atomic.Bool
 }
 
 func (l *link) connected() bool { return l.sd.Connected() && l.events.Connected() }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -163,8 +164,11 @@ func (l *Links) add(path string) error {
 // one is named after one of names (the unit's names; a template's
 // instance also by its template's name), or points to a file of such a
 // name, or leads to the file at fragment. It is true when there is no
-// fragment, or it cannot be read.
+// name, no fragment, or it cannot be read.
 func (l *Links) mayTie(names []string, fragment string) bool {
+	if !slices.ContainsFunc(names, func(n string) bool { return n != "" }) {
+		return true // no name to look for: systemd knows
+	}
 	for _, n := range names {
 		if l.names[n] || l.names[templateOf(n)] {
 			return true

@@ -13,8 +13,9 @@ import (
 // TestNodeValidateKnowingTheLinks: validation with a scan of the unit
 // directories (ScanLinks) refuses every unit that systemd reports
 // enabled or linked, each way systemctl makes one (enable, enable
-// --runtime, link, an alias, a template's instance), with the state
-// systemd reports; and for a unit no link ties it reads the same
+// --runtime, link, an alias, a template's instance, and a link made by
+// hand with no reload, which systemd's property does not show yet), with
+// the state systemd reports; and for a unit no link ties it reads the same
 // settings as the read that asks systemd for everything, UnitFileState
 // aside, and the same plan.
 func TestNodeValidateKnowingTheLinks(t *testing.T) {
@@ -61,6 +62,30 @@ func TestNodeValidateKnowingTheLinks(t *testing.T) {
 		if !errors.As(err, &refused) || !strings.Contains(err.Error(), "UnitFileState="+state) {
 			t.Errorf("%s (UnitFileState=%s): Validate knowing the links = %v, want refused for UnitFileState=%s", unit, state, err, state)
 		}
+	}
+	// A link made by hand, with no reload, to a unit systemd holds loaded
+	// (it runs): its UnitFileState property stays as it was until a
+	// reload, the manager's GetUnitFileState does not.
+	byHand := "ul-lnk-byhand.service"
+	installUnits(t, map[string]string{byHand: plainService + install})
+	systemctl(t, "start", byHand)
+	if prop := show(t, byHand, "UnitFileState"); prop != "disabled" { // systemd keeps it from here on
+		t.Fatalf("%s: UnitFileState=%s before the link, want disabled", byHand, prop)
+	}
+	wants := "/etc/systemd/system/multi-user.target.wants/" + byHand
+	if err := os.Symlink("/etc/systemd/system/"+byHand, wants); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(wants) })
+	if prop := show(t, byHand, "UnitFileState"); prop != "disabled" {
+		t.Fatalf("%s: UnitFileState=%s right after a link by hand, want the stale disabled: the test sets it up wrong", byHand, prop)
+	}
+	links, err = s.ScanLinks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Validate(ctx, byHand, cfg, links); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "UnitFileState=enabled") {
+		t.Errorf("%s, linked by hand with no reload: Validate knowing the links = %v, want refused for UnitFileState=enabled", byHand, err)
 	}
 	for _, unit := range []string{"ul-lnk-plain.service", "ul-lnk-static.service"} {
 		full, err := s.readSettings(ctx, unit)

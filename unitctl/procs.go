@@ -65,6 +65,17 @@ func (s *Systemd) busOf(c *sd.Conn) (*dbus.Conn, error) {
 	return s.link.events, nil
 }
 
+// linkOf is the link whose calls go over c, or an error if c is not the
+// current one.
+func (s *Systemd) linkOf(c *sd.Conn) (*link, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.link == nil || s.link.sd != c {
+		return nil, dbus.ErrClosed
+	}
+	return s.link, nil
+}
+
 // dbusErrorName is the D-Bus error name of err, "" if it is none.
 func dbusErrorName(err error) string {
 	var derr dbus.Error

@@ -2,8 +2,10 @@ package unitctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -300,6 +302,9 @@ func (s *Systemd) readSettings(ctx context.Context, unit string) (settings, erro
 	return decodeSettings(unit, props, svc)
 }
 
+// errNoRef: the link cannot hold units (see link.noRef).
+var errNoRef = errors.New("unitctl: systemd does not take a Unit.Ref on this connection")
+
 // settingsUnitProps are the properties of the Unit interface that
 // validation reads when a scan of the links (Links) has ruled the unit's
 // UnitFileState out of the states it refuses: every one decodeSettings
@@ -325,10 +330,42 @@ func (s *Systemd) readSettingsKnowing(ctx context.Context, unit string, links *L
 		u, svc, err = s.unitPropsHeld(ctx, c, unit, settingsUnitProps, strings.HasSuffix(unit, ".service"))
 		return err
 	})
-	if err != nil || links.mayTie(strs(u, "Names"), str(u, "FragmentPath")) {
-		return s.readSettings(ctx, unit)
+	if err == nil && !links.mayTie(append(strs(u, "Names"), str(u, "Id")), str(u, "FragmentPath")) {
+		return decodeSettings(unit, u, svc)
 	}
-	return decodeSettings(unit, u, svc)
+	st, err := s.readSettings(ctx, unit)
+	if err != nil || st.LoadState != "loaded" || slices.Contains(enabledStates, st.UnitFileState) {
+		return st, err
+	}
+	// systemd keeps a loaded unit's UnitFileState until a reload: a link
+	// made since (by hand, or systemctl enable --no-reload) shows in the
+	// manager's GetUnitFileState, which works it out afresh.
+	fresh, err := s.unitFileState(ctx, st.ID)
+	if err != nil {
+		return settings{}, err
+	}
+	if slices.Contains(enabledStates, fresh) {
+		st.UnitFileState = fresh
+	}
+	return st, nil
+}
+
+// unitFileState is the manager's GetUnitFileState of unit: worked out
+// from the unit directories on every call.
+func (s *Systemd) unitFileState(ctx context.Context, unit string) (string, error) {
+	var state string
+	err := s.with(ctx, func(c *sd.Conn) error {
+		bus, err := s.busOf(c)
+		if err != nil {
+			return err
+		}
+		return bus.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1").
+			CallWithContext(ctx, "org.freedesktop.systemd1.Manager.GetUnitFileState", 0, unit).Store(&state)
+	})
+	if err != nil {
+		return "", fmt.Errorf("unitctl: read the unit file state of %s: %w", unit, err)
+	}
+	return state, nil
 }
 
 // unitPropsHeld reads props of unit's Unit interface and, if service,
@@ -337,12 +374,22 @@ func (s *Systemd) readSettingsKnowing(ctx context.Context, unit string, links *L
 // each call, and would load it anew for every one. A property systemd
 // does not know (an older systemd) is left out, as GetAll leaves it out.
 func (s *Systemd) unitPropsHeld(ctx context.Context, c *sd.Conn, unit string, props []string, service bool) (u, svc map[string]any, err error) {
-	bus, err := s.busOf(c)
+	l, err := s.linkOf(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	obj := bus.Object("org.freedesktop.systemd1", dbus.ObjectPath("/org/freedesktop/systemd1/unit/"+sd.PathBusEscape(unit)))
+	if l.noRef.Load() {
+		return nil, nil, errNoRef
+	}
+	obj := l.events.Object("org.freedesktop.systemd1", dbus.ObjectPath("/org/freedesktop/systemd1/unit/"+sd.PathBusEscape(unit)))
 	if err := obj.CallWithContext(ctx, "org.freedesktop.systemd1.Unit.Ref", 0).Err; err != nil {
+		switch dbusErrorName(err) {
+		case "", "org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.DBus.Error.UnknownObject",
+			"org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout",
+			"org.freedesktop.DBus.Error.TimedOut", "org.freedesktop.DBus.Error.LimitsExceeded":
+		default:
+			l.noRef.Store(true) // refused on this link: no more tries on it
+		}
 		return nil, nil, err
 	}
 	defer obj.CallWithContext(ctx, "org.freedesktop.systemd1.Unit.Unref", 0) // if ctx ended, the ref goes with the connection
