@@ -10,9 +10,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-
-	sd "github.com/coreos/go-systemd/v22/dbus"
-	"github.com/godbus/dbus/v5"
 )
 
 // Links is what one pass over systemd's unit directories found of
@@ -57,27 +54,13 @@ func idOf(fi fs.FileInfo) (fileID, bool) {
 // link in it. An error means validation reads each unit's UnitFileState
 // from systemd.
 func (s *Systemd) ScanLinks(ctx context.Context) (*Links, error) {
-	var path []string
-	err := s.with(ctx, func(c *sd.Conn) error {
-		bus, err := s.busOf(c)
-		if err != nil {
-			return err
-		}
-		var v dbus.Variant
-		call := bus.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1").
-			CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, "org.freedesktop.systemd1.Manager", "UnitPath")
-		if err := call.Store(&v); err != nil {
-			return err
-		}
-		p, ok := v.Value().([]string)
-		if !ok {
-			return fmt.Errorf("UnitPath is %v", v)
-		}
-		path = p
-		return nil
-	})
+	v, err := s.managerProperty(ctx, "UnitPath")
 	if err != nil {
-		return nil, fmt.Errorf("unitctl: read the manager's UnitPath: %w", err)
+		return nil, err
+	}
+	path, ok := v.Value().([]string)
+	if !ok {
+		return nil, fmt.Errorf("unitctl: the manager's UnitPath is %v", v)
 	}
 	return scanLinks(path)
 }

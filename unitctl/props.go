@@ -200,32 +200,32 @@ func (s *Systemd) TimeoutAbort(ctx context.Context, unit string) (time.Duration,
 // after `systemctl service-watchdogs no` (or systemd.service_watchdogs=0),
 // when systemd ignores every service's watchdog timeout.
 func (s *Systemd) ServiceWatchdogs(ctx context.Context) (bool, error) {
-	var on bool
+	v, err := s.managerProperty(ctx, "ServiceWatchdogs")
+	if err != nil {
+		return false, err
+	}
+	on, ok := v.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("unitctl: the manager's ServiceWatchdogs is %v", v)
+	}
+	return on, nil
+}
+
+// managerProperty reads one property of systemd's Manager interface.
+func (s *Systemd) managerProperty(ctx context.Context, name string) (dbus.Variant, error) {
+	var v dbus.Variant
 	err := s.with(ctx, func(c *sd.Conn) error {
 		bus, err := s.busOf(c)
 		if err != nil {
 			return err
 		}
-		systemd := bus.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
-		call := systemd.CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, "org.freedesktop.systemd1.Manager", "ServiceWatchdogs")
-		if call.Err != nil {
-			return call.Err
-		}
-		var v dbus.Variant
-		if err := call.Store(&v); err != nil {
-			return err
-		}
-		b, ok := v.Value().(bool)
-		if !ok {
-			return fmt.Errorf("ServiceWatchdogs is %v", v)
-		}
-		on = b
-		return nil
+		return bus.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1").
+			CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, "org.freedesktop.systemd1.Manager", name).Store(&v)
 	})
 	if err != nil {
-		return false, fmt.Errorf("unitctl: read the manager's ServiceWatchdogs: %w", err)
+		return dbus.Variant{}, fmt.Errorf("unitctl: read the manager's %s: %w", name, err)
 	}
-	return on, nil
+	return v, nil
 }
 
 // Watchdog reads a service's WatchdogSec= (0: none).
