@@ -72,29 +72,40 @@ type Machine struct {
 	reqAt Instant    // when it was sent
 	job   ActionKind // the outstanding unit job, or 0
 
-	seen     Record  // the value being aged
-	haveSeen bool    // false after a reset: the next value starts a new age
-	seenAt   Instant // when seen was first received: its age's origin
+	seen   Record  // the value being aged
+	seenAt Instant // when seen was first received: its age's origin
 	// server is the identity of the Redis server that gave the last
-	// answer with one (Record.Server), "" before any. witnessed: the node
-	// saw seen replace an earlier value under that same server: a
-	// release it shows happened in that server's history, after what
-	// the node saw before. Only a witnessed release is taken at once.
-	server     string
-	witnessed  bool
-	identified bool   // Config.Identified
-	top        uint64 // the highest version of this lease's own record seen
+	// answer with one (Record.Server), "" before any.
+	server string
+	top    uint64 // the highest version of this lease's own record seen
 	// writerSpan is the lease span of the last record seen present.
 	writerSpan time.Duration
 	lastSent   Instant // when the last successful observation was sent
 	pollAt     Instant
 
-	holding  bool    // this node may hold the lease: renew it, release it
 	held     Record  // this node's record as last written
 	token    uint64  // the version of the acquisition that began this tenure (Action.Token)
 	anchor   Instant // send of the last successful acquire or renewal (rule 1)
 	attempts int     // renewals failed since anchor
 	tried    Instant // send of the last failed renewal
+
+	node  string
+	delay time.Duration // Defer: how much longer the standby waits
+	next  string        // the node a planned handoff under way offers the lease to
+
+	confirmAt Instant // Confirming: start after a renewal sent from here on
+	until     Instant // Backoff: its end; StopFailed: the next stop attempt
+
+	// The flags, together (the machine is copied into every supervisor).
+
+	haveSeen bool // false after a reset: the next value starts a new age
+	// witnessed: the node saw seen replace an earlier value under that
+	// same server: a release it shows happened in that server's history,
+	// after what the node saw before. Only a witnessed release is taken
+	// at once.
+	witnessed  bool
+	identified bool // Config.Identified
+	holding    bool // this node may hold the lease: renew it, release it
 	// blocked: a stop failed while holding, and none has succeeded since:
 	// renewals write the record stop_failed, which no standby acquires
 	// over, so that the lease stays blocked even if this daemon dies.
@@ -111,13 +122,7 @@ type Machine struct {
 	marked bool
 
 	ineligible bool // this node must not run the unit: it never acquires
-	node       string
-	withdrawn  bool          // Withdraw: the node does not compete for the lease
-	delay      time.Duration // Defer: how much longer the standby waits
-	next       string        // the node a planned handoff under way offers the lease to
-
-	confirmAt Instant // Confirming: start after a renewal sent from here on
-	until     Instant // Backoff: its end; StopFailed: the next stop attempt
+	withdrawn  bool // Withdraw: the node does not compete for the lease
 }
 
 // New returns a node's machine in Stopping: its first Step (a Tick) asks

@@ -45,24 +45,31 @@ func (i Instant) String() string {
 // acquires over it only once it stayed the same for the lease span. Such a
 // record is never Released.
 type Record struct {
-	Present bool // false: the key is missing; the other fields are empty
-	// Raw is the stored bytes, exactly; for a record of another lease, the
-	// store's encoding of every value the observation read.
-	Raw      string
-	Holder   string
-	Token    string
-	Version  uint64
+	Present  bool // false: the key is missing; the other fields are empty
 	Released bool // the record's state is `released`
-	// Next, on a released record, is the node a planned handoff offered
-	// the lease to: that node may acquire it at once, as any node may a
-	// released record without one; every other node ages it like a held
-	// record, for the lease span, before it may.
-	Next string
 	// StopFailed: the record's state is `stop_failed`: its holder could
 	// not stop its units. No standby acquires over it, however old; its
 	// holder releases it once a stop succeeds, or an operator clears it.
 	// In an Action's Record for Renew, it is the state to write.
 	StopFailed bool
+	// Fresh: the acquisition that wrote this record claimed a unit key
+	// that was missing, which a data loss could make missing again: the
+	// node confirms before it starts, as over a missing lease key.
+	Fresh bool
+	// (The flags come first, together: the machine keeps two records and
+	// copies them on every step.)
+
+	// Raw is the stored bytes, exactly; for a record of another lease, the
+	// store's encoding of every value the observation read.
+	Raw     string
+	Holder  string
+	Token   string
+	Version uint64
+	// Next, on a released record, is the node a planned handoff offered
+	// the lease to: that node may acquire it at once, as any node may a
+	// released record without one; every other node ages it like a held
+	// record, for the lease span, before it may.
+	Next string
 	// LeaseSpan is the writer's lease span, as its record says (0: not
 	// said). A standby waits the longer of it and its own: a holder
 	// configured with a longer span may run its unit that much longer.
@@ -73,10 +80,6 @@ type Record struct {
 	// that the records the machine copies on every step stay small; what
 	// it points to is never changed once made.
 	Other *OtherLease
-	// Fresh: the acquisition that wrote this record claimed a unit key
-	// that was missing, which a data loss could make missing again: the
-	// node confirms before it starts, as over a missing lease key.
-	Fresh bool
 	// Server is the identity of the Redis server that answered with this
 	// record (its run id and replication id), read in the same round trip
 	// on the same connection, or "" when the store does not tell. A

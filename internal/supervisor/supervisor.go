@@ -110,12 +110,12 @@ type Supervisor struct {
 
 	mu      sync.Mutex
 	machine policy.Machine  // guarded by mu
-	ctx     context.Context // set by Start; actions run on it
+	ctx     context.Context // &life once started; actions run on it
+	life    lifetime        // its done is closed once ended is set
 	timer   *time.Timer     // steps a Tick at wake; guarded by mu
 	wake    policy.Instant  // guarded by mu
 	started bool            // Start ran: s.ctx and s.timer are set; guarded by mu
-	ended   bool            // ctx ended: events are dropped; guarded by mu
-	done    chan struct{}   // closed once ended is set
+	ended   bool            // the supervisor ended: events are dropped; guarded by mu
 
 	nudged      atomic.Bool                 // a nudge is on its way to a step
 	ineligible  atomic.Bool                 // the last SetEligible said no
@@ -150,9 +150,9 @@ func New(lease string, units []string, node string, m policy.Machine, store Reco
 	s := &Supervisor{
 		Lease: lease, Units: units, Node: node,
 		store: store, units: u, clock: clock, machine: m,
-		log:  log,
-		done: make(chan struct{}),
+		log: log,
 	}
+	s.life.done = make(chan struct{})
 	s.bound, _ = store.(UnitRecords)
 	s.withdrawn.Store(m.Withdrawn())
 	s.ineligible.Store(m.Ineligible())
@@ -172,36 +172,37 @@ func (s *Supervisor) Start(ctx context.Context) {
 	context.AfterFunc(ctx, s.end)
 }
 
-// Launch is Start on a context of the supervisor's own, derived from
-// parent, that the returned end cancels: the supervisor ends when end is
-// called (or parent ends), as it would with Start and context.WithCancel.
-// end may be called more than once. A daemon with thousands of leases
-// launches them: a context ended by a call, not watched, needs no
-// callback registered with it, nor a set of children for one (about 350
-// bytes a lease).
+// Launch is Start ended by a call: the supervisor ends when the
+// returned end is called (or parent ends), as it would with Start and
+// context.WithCancel. end may be called more than once. A daemon with
+// thousands of leases launches them on a parent that never ends
+// (context.WithoutCancel): a supervisor ended by a call, not watched,
+// needs no callback registered with the parent, nor a place in a set
+// of its children (about 350 bytes a lease).
 func (s *Supervisor) Launch(parent context.Context) (end func()) {
-	ctx, cancel := context.WithCancel(parent)
-	s.begin(ctx)
+	s.begin(parent)
 	unwatch := func() bool { return false }
 	if parent.Done() != nil {
 		unwatch = context.AfterFunc(parent, s.end) // its stop lets go of s
 	}
 	return func() {
 		unwatch()
-		cancel()
 		s.end()
 	}
 }
 
+// begin starts the supervisor on a lifetime of its own (see lifetime)
+// with ctx's values and deadline; whoever ends ctx calls s.end.
 func (s *Supervisor) begin(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ctx, s.started = ctx, true
+	s.life.parent, s.life.values = ctx, context.WithoutCancel(ctx)
+	s.ctx, s.started = &s.life, true
 	s.timer = time.AfterFunc(0, s.tick)
 }
 
 // Done is closed once the supervisor took its last step.
-func (s *Supervisor) Done() <-chan struct{} { return s.done }
+func (s *Supervisor) Done() <-chan struct{} { return s.life.done }
 
 func (s *Supervisor) end() {
 	s.mu.Lock()
@@ -210,10 +211,13 @@ func (s *Supervisor) end() {
 		return
 	}
 	s.ended = true
-	s.timer.Stop()
-	s.due.Store(0) // no step comes any more, and none is overdue
-	close(s.done)  // under mu: an end that finds it ended finds it closed
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.due.Store(0)     // no step comes any more, and none is overdue
+	close(s.life.done) // under mu: an end that finds it ended finds it closed
 	s.mu.Unlock()
+	s.life.end() // the actions' contexts end with it
 }
 
 // tick is the timer's event. A timer reset while it was firing may
