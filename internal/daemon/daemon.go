@@ -157,6 +157,9 @@ type Daemon struct {
 	lastStatus  string // the last STATUS= sent by the watchdog loop
 	lastOverdue bool   // the watchdog's last tick found a loop overdue
 	settling    bool   // it changed since the last FreeOSMemory
+	// gcTarget, if set, is told the number of leases in each steady
+	// state: Run's sets the collector's target to GCPercent of it.
+	gcTarget func(leases int)
 }
 
 type running struct {

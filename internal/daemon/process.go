@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +26,10 @@ type RunOptions struct {
 	Socket   string         // default control.SocketPath
 	StateDir string         // default StateDir
 	Unitctl  unitctl.Config // Guard, DaemonUnit; StopWait comes from the config
+	// TuneGC has the daemon set the collector's target (GOGC) in its
+	// steady state for the number of its leases (GCPercent); false
+	// leaves the target as it is (GOGC set in the environment).
+	TuneGC bool
 }
 
 // Run is `unitlease run`: it manages every annotated unit until ctx ends
@@ -74,6 +79,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, opts RunOpti
 	}
 	warnDurability(ctx, store, log)
 	d := New(cfg, log, store, sd, opts.Unitctl, newNotifier(log).send)
+	if opts.TuneGC {
+		d.gcTarget = func(leases int) { debug.SetGCPercent(GCPercent(leases)) }
+	}
 	d.stateDir = cmp.Or(opts.StateDir, StateDir)
 	d.loadDrained()
 	// The endpoint outlives ctx as the watchdog does: a SIGTERM hands the
