@@ -29,6 +29,12 @@ type batcher struct {
 	closing  sync.Once
 	done     sync.WaitGroup
 	flushes  atomic.Int64 // pipelines sent, for tests and benchmarks
+	// server is the last identity read, kept by the loop's flushes: an
+	// identity equal to it is handed out as this very string, so that
+	// the records of thousands of leases, each kept until the next
+	// answer, share one copy instead of one each (a run id and a
+	// replication id: 81 bytes).
+	server string
 }
 
 // call is one request in a batch. queue adds its command to the pipeline;
@@ -155,6 +161,11 @@ func (b *batcher) flush(batch []*call) {
 		server, idErr = id.Text()
 		if idErr == nil && !validIdentity(server) {
 			idErr = fmt.Errorf("unexpected reply %q", server)
+		}
+		if server == b.server {
+			server = b.server
+		} else if idErr == nil {
+			b.server = server
 		}
 	}
 	for _, c := range sent {

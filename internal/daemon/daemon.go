@@ -138,6 +138,9 @@ type Daemon struct {
 	// time: a lease waits to be added while a unit of it is still being
 	// removed under another (notRemoving).
 	byUnit map[string]*supervisor.Supervisor
+	// units is what every supervisor starts and stops its units with,
+	// made by the first add: one, not a copy in each.
+	units *unitsOf
 	// ended are supervisors no longer in sups whose stop, due by a
 	// deadline, systemd did not have yet when they ended: the watchdog
 	// keeps reading them until it does.

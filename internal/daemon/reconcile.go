@@ -445,7 +445,13 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string, ineligib
 		d.log.Error(err.Error(), logging.Event, "config_error", logging.Lease, lease)
 		return
 	}
-	sup := supervisor.New(lease, units, d.cfg.Node, m, d.store, unitsOf{d.sd, d.cfg.Timing.StopWait, d.ucfg}, d.clock, d.supLog)
+	d.mu.Lock()
+	if d.units == nil {
+		d.units = &unitsOf{d.sd, d.cfg.Timing.StopWait, d.ucfg}
+	}
+	us := d.units
+	d.mu.Unlock()
+	sup := supervisor.New(lease, units, d.cfg.Node, m, d.store, us, d.clock, d.supLog)
 	sup.OnUnitFailed = func() { d.unitFailed(lease) }
 	sup.OnAcquired = func(seen, got policy.Record) { d.acquired(lease, seen, got) }
 	sup.OnReleased = func(rec policy.Record, c policy.Cause) { d.released(lease, rec, c) }

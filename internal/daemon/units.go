@@ -21,18 +21,18 @@ type unitsOf struct {
 // fencing token), which its drop-in names, then starts it. A file it
 // cannot write fails the start: the unit would run without its token, or
 // with a tenure's before.
-func (u unitsOf) Start(ctx context.Context, unit string, env supervisor.Env) error {
+func (u *unitsOf) Start(ctx context.Context, unit string, env supervisor.Env) error {
 	if err := u.sd.WriteEnv(u.ucfg, unit, env.Pairs()); err != nil {
 		return err
 	}
 	return u.sd.Start(ctx, unit)
 }
 
-func (u unitsOf) StartOrder(ctx context.Context, units []string) ([]string, error) {
+func (u *unitsOf) StartOrder(ctx context.Context, units []string) ([]string, error) {
 	return u.sd.StartOrder(ctx, units)
 }
 
-func (u unitsOf) Stop(ctx context.Context, unit string, queued func()) (bool, error) {
+func (u *unitsOf) Stop(ctx context.Context, unit string, queued func()) (bool, error) {
 	if queued != nil {
 		ctx = unitctl.OnQueued(ctx, queued)
 	}
