@@ -157,6 +157,7 @@ func (s *Systemd) detached(ctx context.Context, sl *slot, op func(callCtx contex
 type slot struct {
 	pool    chan struct{}
 	holders atomic.Int32
+	freed   func() // if not nil, called once the place is given back (line.next)
 }
 
 // takeSlot waits for a place in pool, for holders holders.
@@ -175,6 +176,9 @@ func takeSlot(ctx context.Context, pool chan struct{}, holders int32) (*slot, er
 func (sl *slot) release() {
 	if sl.holders.Add(-1) == 0 {
 		<-sl.pool
+		if sl.freed != nil {
+			sl.freed()
+		}
 	}
 }
 

@@ -102,3 +102,53 @@ func TestNodeStartReadsAtJobEnd(t *testing.T) {
 		t.Fatalf("%d starts read the state %d times; want about 2 each: after StartUnit, and at the job's end", starts, total)
 	}
 }
+
+// TestNodeStartQueued: 24 starts queued at once, a few with a process
+// before their main one and one that fails, each report what Start
+// would: the units that start are active, the failing one is a
+// *JobError with systemd's result; no start place stays held.
+func TestNodeStartQueued(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	units := map[string]string{}
+	for i := range 24 {
+		service := "[Service]\nExecStart=/bin/sleep infinity\n"
+		if i%4 == 0 {
+			service = "[Service]\nExecStartPre=/bin/true\nExecStart=/bin/sleep infinity\n"
+		}
+		if i == 7 {
+			service = "[Service]\nExecStartPre=/bin/false\nExecStart=/bin/sleep infinity\n"
+		}
+		units[fmt.Sprintf("ul-queued-%02d.service", i)] = service
+	}
+	installUnits(t, units)
+	type result struct {
+		unit string
+		err  error
+	}
+	results := make(chan result, len(units))
+	ctx := ctxFor(t, 60*time.Second)
+	for u := range units {
+		s.StartQueued(ctx, u, func(err error) { results <- result{u, err} })
+	}
+	for range units {
+		r := <-results
+		if r.unit == "ul-queued-07.service" {
+			var je *JobError
+			if !errors.Is(r.err, ErrStartFailed) || !errors.As(r.err, &je) || je.JobResult != "failed" {
+				t.Errorf("%s: %v, want ErrStartFailed with job result failed", r.unit, r.err)
+			}
+			continue
+		}
+		if r.err != nil {
+			t.Errorf("%s: %v", r.unit, r.err)
+			continue
+		}
+		if st, err := s.State(ctx, r.unit); err != nil || !st.Running() {
+			t.Errorf("%s reported started, and is %v (%v)", r.unit, st, err)
+		}
+	}
+	if !poolsEmpty(s, 5*time.Second) {
+		t.Errorf("%d start places held after every queued start reported", len(s.startCalls))
+	}
+}

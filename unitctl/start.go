@@ -30,31 +30,54 @@ func (s *Systemd) Start(ctx context.Context, unit string) error {
 	// activating states as the start on its way, not a stop behind our
 	// back: with many starts queued, a unit waits a while for its job.
 	s.setIntent(unit, intentStarting)
-	err := s.start(ctx, unit)
+	err := s.start(ctx, unit, nil)
 	if err == nil {
 		s.setIntent(unit, intentRunning)
 	}
 	return err
 }
 
-func (s *Systemd) start(ctx context.Context, unit string) error {
+// StartQueued is Start for a caller that does not wait for the start's
+// turn on a goroutine of its own: it returns at once, and done is
+// called, on a goroutine of its own, with what Start would have
+// returned. Until its turn comes (a place among the maxStarts, after the
+// starts queued before it) the start is an entry in a line, not a parked
+// goroutine; a ctx that ends meanwhile takes it out of the line, and
+// done gets the *JobError of a Start whose ctx ended while it waited.
+// The unit is marked as starting at once, as by Start.
+func (s *Systemd) StartQueued(ctx context.Context, unit string, done func(error)) {
+	s.setIntent(unit, intentStarting)
+	s.starts.wait(ctx, func(sl *slot) {
+		err := s.start(ctx, unit, sl)
+		if err == nil {
+			s.setIntent(unit, intentRunning)
+		}
+		done(err)
+	}, func(err error) {
+		done(&JobError{Unit: unit, Op: "start", Err: ctx.Err(), Cause: err})
+	})
+}
+
+// start starts unit; sl, if not nil, is the place its first start call
+// holds already (StartQueued's turn), else it waits for one.
+func (s *Systemd) start(ctx context.Context, unit string, sl *slot) error {
 	w := s.watchers.add(unit)
 	defer s.watchers.remove(w)
-	err := s.startOnce(ctx, unit, w)
+	err := s.startOnce(ctx, unit, w, sl)
 	var je *JobError
 	if errors.As(err, &je) && je.Result == "start-limit-hit" {
 		s.opts.Logf("unitctl: %s hit its start rate limit; resetting it and starting once more", unit)
 		if rerr := s.with(ctx, func(c *sd.Conn) error { return c.ResetFailedUnitContext(ctx, unit) }); rerr != nil {
 			return err
 		}
-		err = s.startOnce(ctx, unit, w)
+		err = s.startOnce(ctx, unit, w, nil)
 	}
 	return err
 }
 
-func (s *Systemd) startOnce(ctx context.Context, unit string, w *watcher) error {
+func (s *Systemd) startOnce(ctx context.Context, unit string, w *watcher, sl *slot) error {
 	st := &starting{s: s, unit: unit, w: w}
-	done, err := st.run(ctx)
+	done, err := st.run(ctx, sl)
 	if done {
 		return nil
 	}
@@ -78,11 +101,16 @@ type starting struct {
 }
 
 // run reports whether the unit started; an error says why waiting ended
-// otherwise (nil when systemd answered with failure).
-func (st *starting) run(ctx context.Context) (bool, error) {
-	sl, err := takeSlot(ctx, st.s.startCalls, 2) // this start's hold, and its call's
-	if err != nil {
-		return false, err
+// otherwise (nil when systemd answered with failure). sl, if not nil, is
+// its place, taken for it; else it waits for one.
+func (st *starting) run(ctx context.Context, sl *slot) (bool, error) {
+	if sl == nil {
+		var err error
+		sl, err = takeSlot(ctx, st.s.startCalls, 2) // this start's hold, and its call's
+		if err != nil {
+			return false, err
+		}
+		sl.freed = st.s.starts.next // a StartQueued waiting may have it next
 	}
 	release := sync.OnceFunc(sl.release)
 	defer release()

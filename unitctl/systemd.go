@@ -54,6 +54,7 @@ type Systemd struct {
 	// The pools of calls to systemd (slot): starts, StopUnit,
 	// GetUnitProcesses and KillUnit calls.
 	startCalls, stopCalls, procCalls, killCalls chan struct{}
+	starts                                      line            // the StartQueued waiting for a place in startCalls
 	life                                        context.Context // the links' context: godbus closes a connection when it ends
 	done                                        context.CancelFunc
 }
@@ -77,6 +78,7 @@ func Dial(ctx context.Context, opts Options) (*Systemd, error) {
 		procCalls:  make(chan struct{}, maxProcCalls),
 		killCalls:  make(chan struct{}, maxKillCalls),
 	}
+	s.starts.pool = s.startCalls
 	s.life, s.done = context.WithCancel(context.Background())
 	if _, err := s.connection(ctx); err != nil {
 		s.done()

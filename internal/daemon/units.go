@@ -28,6 +28,27 @@ func (u *unitsOf) Start(ctx context.Context, unit string, env supervisor.Env) er
 	return u.sd.Start(ctx, unit)
 }
 
+// StartQueued is Start for a supervisor whose start waits for its turn
+// without a goroutine (supervisor.QueuedUnits): over a systemd that
+// queues starts (unitctl's line), else on a goroutine of its own.
+func (u *unitsOf) StartQueued(ctx context.Context, unit string, env supervisor.Env, done func(error)) {
+	if err := u.sd.WriteEnv(u.ucfg, unit, env.Pairs()); err != nil {
+		go done(err)
+		return
+	}
+	if q, ok := u.sd.(queuedStarter); ok {
+		q.StartQueued(ctx, unit, done)
+		return
+	}
+	go func() { done(u.sd.Start(ctx, unit)) }()
+}
+
+// queuedStarter is a Manager whose starts can wait for their turn
+// without a goroutine each: *unitctl.Systemd.
+type queuedStarter interface {
+	StartQueued(ctx context.Context, unit string, done func(error))
+}
+
 func (u *unitsOf) StartOrder(ctx context.Context, units []string) ([]string, error) {
 	return u.sd.StartOrder(ctx, units)
 }

@@ -140,12 +140,43 @@ func (s *Supervisor) start(ctx context.Context, env Env) policy.Event {
 			// left are not started, and no step takes the result.
 			return policy.Event{Kind: policy.UnitStartFailed}
 		}
-		if err := s.units.Start(ctx, u, env); err != nil {
-			s.logger().Error("starting "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "start_failed")
-			return policy.Event{Kind: policy.UnitStartFailed}
+		if ev := s.startResult(u, s.units.Start(ctx, u, env)); ev.Kind != policy.UnitStarted {
+			return ev
 		}
 	}
 	return policy.Event{Kind: policy.UnitStarted}
+}
+
+// startResult is the event of one unit's start that ended with err, which
+// it journals.
+func (s *Supervisor) startResult(unit string, err error) policy.Event {
+	if err != nil {
+		s.logger().Error("starting "+unit+" failed: "+err.Error(), "UNITLEASE_UNIT", unit, "UNITLEASE_EVENT", "start_failed")
+		return policy.Event{Kind: policy.UnitStartFailed}
+	}
+	return policy.Event{Kind: policy.UnitStarted}
+}
+
+// startQueued carries out a StartUnit through QueuedUnits, and reports
+// whether it did: for a lease of one unit (most are) whose Units queue
+// starts, the start waits for its turn with no goroutine of its own, and
+// its result is stepped, and what that step asks carried out, on the
+// goroutine done is called on, as the job's goroutine would have. A
+// lease of several units starts them one by one in systemd's order on a
+// goroutine, as start does; so does a supervisor already ended.
+func (s *Supervisor) startQueued(a policy.Action) bool {
+	q, ok := s.units.(QueuedUnits)
+	if !ok || len(s.Units) != 1 || s.ctx.Err() != nil {
+		return false
+	}
+	unit := s.Units[0]
+	q.StartQueued(s.ctx, unit, Env{Lease: s.Lease, Node: s.Node, Token: a.Token}, func(err error) {
+		var next policy.Output
+		if s.step(s.startResult(unit, err), &next) {
+			s.carry(&next)
+		}
+	})
+	return true
 }
 
 // stop stops every unit of the lease at once, each within stop_wait, and

@@ -71,6 +71,18 @@ type Units interface {
 	Stop(ctx context.Context, unit string, queued func()) (killed bool, err error)
 }
 
+// QueuedUnits is Units whose starts wait for their turn without a
+// goroutine each (the daemon's, over unitctl's line of starts): a daemon
+// that starts thousands of units a few at a time does not park a
+// goroutine for each start waiting, whose descriptor the runtime would
+// keep for good.
+type QueuedUnits interface {
+	Units
+	// StartQueued is Start that returns at once: done is called, on a
+	// goroutine of its own, with what Start would have returned.
+	StartQueued(ctx context.Context, unit string, env Env, done func(error))
+}
+
 // Env is what a unit's environment carries of the tenure it runs in.
 type Env struct {
 	Lease string
@@ -260,6 +272,9 @@ func (s *Supervisor) carry(out *policy.Output) {
 			}()
 		}
 		if first := out.At(0); first.Kind == policy.StartUnit || first.Kind == policy.StopUnit {
+			if first.Kind == policy.StartUnit && s.startQueued(first) {
+				return
+			}
 			// A unit's job may wait long for its turn (a daemon that
 			// starts with thousands of leases stops them all at once,
 			// then starts them two at a time): it waits on a goroutine
