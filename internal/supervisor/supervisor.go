@@ -272,12 +272,14 @@ func (s *Supervisor) carry(out *policy.Output) {
 			}()
 		}
 		if first := out.At(0); first.Kind == policy.StartUnit || first.Kind == policy.StopUnit {
+			// A start of one unit over QueuedUnits waits for its turn
+			// as an entry in a line, with no goroutine (startQueued).
 			if first.Kind == policy.StartUnit && s.startQueued(first) {
 				return
 			}
-			// A unit's job may wait long for its turn (a daemon that
-			// starts with thousands of leases stops them all at once,
-			// then starts them two at a time): it waits on a goroutine
+			// Any other unit's job may wait long for its turn (a daemon
+			// that starts with thousands of leases stops them all at
+			// once, then starts them two at a time): it waits on a goroutine
 			// of its own, whose stack holds the job's frames only, not
 			// the deepest this one reached in the steps and the store's
 			// requests before it. Each parked stack was 16 KiB otherwise:
