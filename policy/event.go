@@ -106,6 +106,11 @@ type Event struct {
 	To string
 	// Delay, on Defer, is how much longer the standby waits.
 	Delay time.Duration
+	// Token, on UnitStarted and UnitStartFailed, is the Token of the
+	// StartUnit it answers: the result of another tenure's start (one
+	// that waited its turn while the lease was lost and acquired again)
+	// is dropped, not taken for the current start's. 0 says nothing.
+	Token uint64
 }
 
 func (e Event) String() string {

@@ -131,8 +131,14 @@ func lossCause(k EventKind) Cause {
 	return CauseLost
 }
 
-func (m *Machine) unitStarted(o *Output) {
-	if m.job != StartUnit {
+// startAnswered reports whether a start's result with token answers
+// the start outstanding: one is, and the result is not another tenure's.
+func (m *Machine) startAnswered(token uint64) bool {
+	return m.job == StartUnit && (token == 0 || token == m.token)
+}
+
+func (m *Machine) unitStarted(token uint64, o *Output) {
+	if !m.startAnswered(token) {
 		return
 	}
 	m.job = 0
@@ -140,8 +146,8 @@ func (m *Machine) unitStarted(o *Output) {
 	o.note(JournalStarted)
 }
 
-func (m *Machine) unitStartFailed(o *Output) {
-	if m.job != StartUnit {
+func (m *Machine) unitStartFailed(token uint64, o *Output) {
+	if !m.startAnswered(token) {
 		return
 	}
 	m.job = 0

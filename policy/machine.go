@@ -162,9 +162,9 @@ func (m *Machine) handle(e Event, o *Output) {
 	case ReleaseOK, ReleaseFailed, ReleaseLost:
 		m.releaseDone(e.Kind, o)
 	case UnitStarted:
-		m.unitStarted(o)
+		m.unitStarted(e.Token, o)
 	case UnitStartFailed:
-		m.unitStartFailed(o)
+		m.unitStartFailed(e.Token, o)
 	case UnitFailed:
 		m.unitFailed(o)
 	case UnitStopped:

@@ -41,8 +41,8 @@ func (s *Systemd) Start(ctx context.Context, unit string) error {
 // turn on a goroutine of its own: it returns at once, and done is
 // called, on a goroutine of its own, with what Start would have
 // returned. Until its turn comes (a place among the maxStarts, after the
-// starts queued before it) the start is an entry in a line, not a parked
-// goroutine; a ctx that ends meanwhile takes it out of the line, and
+// starts, queued or not, that came before it) the start is an entry in
+// a line, not a parked goroutine; a ctx that ends meanwhile takes it out of the line, and
 // done gets the *JobError of a Start whose ctx ended while it waited.
 // The unit is marked as starting at once, as by Start.
 func (s *Systemd) StartQueued(ctx context.Context, unit string, done func(error)) {
@@ -106,11 +106,10 @@ type starting struct {
 func (st *starting) run(ctx context.Context, sl *slot) (bool, error) {
 	if sl == nil {
 		var err error
-		sl, err = takeSlot(ctx, st.s.startCalls, 2) // this start's hold, and its call's
+		sl, err = st.s.starts.take(ctx) // for this start's hold, and its call's
 		if err != nil {
 			return false, err
 		}
-		sl.freed = st.s.starts.next // a StartQueued waiting may have it next
 	}
 	release := sync.OnceFunc(sl.release)
 	defer release()

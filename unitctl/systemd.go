@@ -54,7 +54,7 @@ type Systemd struct {
 	// The pools of calls to systemd (slot): starts, StopUnit,
 	// GetUnitProcesses and KillUnit calls.
 	startCalls, stopCalls, procCalls, killCalls chan struct{}
-	starts                                      line            // the StartQueued waiting for a place in startCalls
+	starts                                      line            // the starts waiting for a place in startCalls: its only way in
 	life                                        context.Context // the links' context: godbus closes a connection when it ends
 	done                                        context.CancelFunc
 }

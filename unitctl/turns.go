@@ -14,9 +14,11 @@ import (
 // comes: then it runs on one of its own with its place, as a Start that
 // waited for it would.
 //
-// Starts in the line go in order; a Start that waits on the pool itself
-// (takeSlot) competes with the line's first for each place given back,
-// as two waiting Starts compete with each other.
+// The line is the pool's only way in: a Start that waits on its own
+// goroutine joins it too (take), so that starts get their places in the
+// order they came, however they wait. (A Start waiting on the pool
+// itself would get each place given back before the line saw it: a
+// channel hands a freed place to a sender already waiting.)
 type line struct {
 	pool chan struct{}
 	mu   sync.Mutex
@@ -88,4 +90,19 @@ func (l *line) next() {
 		l.q = l.q[1:]
 	}
 	l.q = nil // an empty line keeps no array
+}
+
+// take waits in the line for a place, for a Start that waits on its own
+// goroutine: the place, for two holders, or unanswered(ctx) if ctx ends
+// first.
+func (l *line) take(ctx context.Context) (*slot, error) {
+	got := make(chan *slot, 1)
+	failed := make(chan error, 1)
+	l.wait(ctx, func(sl *slot) { got <- sl }, func(err error) { failed <- err })
+	select {
+	case sl := <-got:
+		return sl, nil
+	case err := <-failed:
+		return nil, err
+	}
 }

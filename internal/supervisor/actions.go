@@ -26,6 +26,7 @@ func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
 		ev = s.request(a, func() policy.Event { return s.release(ctx, a.Record) })
 	case policy.StartUnit:
 		ev = s.start(ctx, Env{Lease: s.Lease, Node: s.Node, Token: a.Token})
+		ev.Token = a.Token // the tenure it answers
 	case policy.StopUnit:
 		ev = s.stop(ctx)
 	default:
@@ -171,8 +172,10 @@ func (s *Supervisor) startQueued(a policy.Action) bool {
 	}
 	unit := s.Units[0]
 	q.StartQueued(s.ctx, unit, Env{Lease: s.Lease, Node: s.Node, Token: a.Token}, func(err error) {
+		ev := s.startResult(unit, err)
+		ev.Token = a.Token // the tenure it answers
 		var next policy.Output
-		if s.step(s.startResult(unit, err), &next) {
+		if s.step(ev, &next) {
 			s.carry(&next)
 		}
 	})

@@ -21,7 +21,12 @@ import (
 type lifetime struct {
 	parent context.Context // the context the supervisor started on
 	values context.Context // parent without its cancellation
-	done   chan struct{}   // closed by end, under over's lock
+	done   chan struct{}   // closed by Supervisor.end
+	err    error           // Err once done is closed: set before it is
+	// byParent: it ended because parent did (set with err): from then
+	// on its values are parent's own, so that context.Cause finds
+	// parent's cause.
+	byParent bool
 
 	mu    sync.Mutex
 	over  bool    // end ran: a hook added now runs at once; guarded by mu
@@ -33,19 +38,40 @@ type hook struct{ f func() }
 
 func (l *lifetime) Deadline() (time.Time, bool) { return l.parent.Deadline() }
 func (l *lifetime) Done() <-chan struct{}       { return l.done }
-func (l *lifetime) Value(key any) any           { return l.values.Value(key) }
 
-// Err is the parent's error if the parent ended (the supervisor ended
-// with it), else context.Canceled once the supervisor ended.
+// Value is parent's value for key. While the lifetime lasts, and after
+// an end by a call, it comes through context.WithoutCancel: parent's
+// cancellation is hidden, so that context.Cause says nothing while it
+// lasts and context.Canceled after. After an end that parent's end
+// caused, it is parent's own: context.Cause then finds parent's cause.
+func (l *lifetime) Value(key any) any {
+	select {
+	case <-l.done:
+		if l.byParent {
+			return l.parent.Value(key)
+		}
+	default:
+	}
+	return l.values.Value(key)
+}
+
+// Err is, once the supervisor ended, the parent's error if the parent
+// had ended then (the supervisor ended with it), else context.Canceled;
+// it does not change after.
 func (l *lifetime) Err() error {
 	select {
 	case <-l.done:
-		if err := l.parent.Err(); err != nil {
-			return err
-		}
-		return context.Canceled
+		return l.err
 	default:
 		return nil
+	}
+}
+
+// ended sets Err for the end; the caller then closes done.
+func (l *lifetime) ended() {
+	l.err = context.Canceled
+	if l.parent != nil && l.parent.Err() != nil {
+		l.err, l.byParent = l.parent.Err(), true
 	}
 }
 

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -118,7 +117,7 @@ func TestQueuedStartsParkNoGoroutine(t *testing.T) {
 func TestQueuedStartFailedOrLate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := newQueuedUnits()
-		logs := &syncLog{}
+		logs := &syncBuffer{}
 		store := &fakeStore{t: t}
 		s := demoSupervisor(t, []string{"demo.service"}, store, u, logging.Text(logs, slog.LevelDebug))
 		defer s.Launch(context.WithoutCancel(t.Context()))()
@@ -179,22 +178,4 @@ func TestQueuedStartOfAnEndedSupervisorIsDropped(t *testing.T) {
 			t.Fatalf("a step after the end: %+v, then %+v", before, after)
 		}
 	})
-}
-
-// syncLog is a bytes.Buffer safe for the supervisor's goroutines.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

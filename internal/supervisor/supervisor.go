@@ -226,7 +226,8 @@ func (s *Supervisor) end() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	s.due.Store(0)     // no step comes any more, and none is overdue
+	s.due.Store(0) // no step comes any more, and none is overdue
+	s.life.ended()
 	close(s.life.done) // under mu: an end that finds it ended finds it closed
 	s.mu.Unlock()
 	s.life.end() // the actions' contexts end with it
