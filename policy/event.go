@@ -75,7 +75,9 @@ const (
 	// preferred node is ready to take the lease. Zero ends the deferral.
 	Defer
 	// ReleaseLost: the release found the record not this node's (held or
-	// released by another, missing, or garbage): definitive.
+	// released by another, missing, or garbage): definitive. Record, if
+	// the store read one, is what the key holds: a later write of this
+	// node's own tenure (Record.Extends) is no loss, and is released.
 	ReleaseLost
 	numEvents
 )
@@ -93,7 +95,7 @@ var eventNames = []string{
 func (k EventKind) String() string { return name(eventNames, "event", uint8(k)) }
 
 // Event is one input to Step. Record is set for Observed, AcquireOK,
-// RenewOK and RenewLost; Killed only for UnitStopped.
+// RenewOK, RenewLost and ReleaseLost; Killed only for UnitStopped.
 type Event struct {
 	Kind   EventKind
 	Record Record
@@ -115,7 +117,7 @@ type Event struct {
 
 func (e Event) String() string {
 	switch e.Kind {
-	case Observed, AcquireOK, RenewOK, RenewLost:
+	case Observed, AcquireOK, RenewOK, RenewLost, ReleaseLost:
 		return e.Kind.String() + " (" + e.Record.String() + ")"
 	case UnitStopped:
 		if e.Killed {

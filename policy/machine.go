@@ -160,7 +160,7 @@ func (m *Machine) handle(e Event, o *Output) {
 	case RenewFailed:
 		m.renewFailed()
 	case ReleaseOK, ReleaseFailed, ReleaseLost:
-		m.releaseDone(e.Kind, o)
+		m.releaseDone(e, o)
 	case UnitStarted:
 		m.unitStarted(e.Token, o)
 	case UnitStartFailed:

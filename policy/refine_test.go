@@ -249,6 +249,7 @@ var allowedStutter = func() map[stutterKey]bool {
 	add(ReleaseOK, to(Backoff), Releasing)                       // the leader is Done already
 	add(ReleaseFailed, to(Backoff), Releasing)                   // the same: the leader is Done
 	add(ReleaseLost, to(Backoff), Releasing)                     // the same
+	add(ReleaseLost, same, Releasing)                            // our own later record: released again
 	add(ReleaseFailed, same, Releasing)                          // a stop_failed record: released again later
 	add(UnitStarted, to(Leader), Starting)                       // Spawn was the step
 	add(UnitStartFailed, same, afterStop...)                     // the replaced start's result, or a stale one

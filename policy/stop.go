@@ -36,14 +36,20 @@ func (m *Machine) unitStopFailed(o *Output) {
 }
 
 // releaseDone: the release's result. One that failed over a record that
-// may say stop_failed (marked) is tried again after reply_max.
-func (m *Machine) releaseDone(k EventKind, o *Output) {
+// may say stop_failed (marked) is tried again after reply_max. One lost to
+// a record that extends this node's (its own renewal whose reply was lost,
+// perhaps the one that wrote stop_failed) is not a loss: it is tried again
+// at once over that record.
+func (m *Machine) releaseDone(e Event, o *Output) {
 	if !m.answer(Release) {
 		return
 	}
-	switch {
+	switch k := e.Kind; {
 	case k == ReleaseOK:
 		o.note(JournalReleased)
+	case k == ReleaseLost && e.Record.Extends(m.held):
+		m.held, m.until = e.Record, m.now
+		return
 	case k == ReleaseFailed && m.marked:
 		m.until = m.now.Add(m.t.ReplyMax)
 		return

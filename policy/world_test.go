@@ -372,7 +372,7 @@ func (st *store) apply(node string, a Action) Event {
 		return Event{Kind: RenewOK, Record: rec}
 	case Release:
 		if !st.owned(a.Record) {
-			return Event{Kind: ReleaseLost}
+			return Event{Kind: ReleaseLost, Record: st.rec}
 		}
 		st.write(node, a.Record.Token, a.Record.Version+1, true)
 		if a.Record.Next != "" {

@@ -119,6 +119,12 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 	}
 	if err != nil {
 		s.logger().Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
+		var lost *redislease.LostError
+		if errors.As(err, &lost) {
+			// What the key holds: the policy releases it again if it is
+			// this node's own later record (a renewal whose reply was lost).
+			return policy.Event{Kind: policy.ReleaseLost, Record: lost.Current}
+		}
 		if errors.Is(err, redislease.ErrLost) || errors.Is(err, redislease.ErrMissing) || errors.Is(err, redislease.ErrGarbage) {
 			return policy.Event{Kind: policy.ReleaseLost}
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/unitlease/unitlease/internal/logging"
+	"github.com/unitlease/unitlease/policy"
 )
 
 // queuedUnits is fakeUnits whose starts wait in a line until the test
@@ -178,4 +179,23 @@ func TestQueuedStartOfAnEndedSupervisorIsDropped(t *testing.T) {
 			t.Fatalf("a step after the end: %+v, then %+v", before, after)
 		}
 	})
+}
+
+// TestReleaseLostCarriesWhatTheKeyHolds: a release refused because the
+// key holds another record tells the policy what it holds, so that this
+// node's own later record (a renewal whose reply was lost) is released
+// again rather than left behind.
+func TestReleaseLostCarriesWhatTheKeyHolds(t *testing.T) {
+	store := &fakeStore{t: t}
+	store.mu.Lock()
+	held := store.write(policy.Record{Holder: "node-a", Version: 2, Token: strings.Repeat("a", 32)})
+	later := held
+	later.Version = 3
+	later = store.write(later)
+	store.mu.Unlock()
+	s := demoSupervisor(t, []string{"demo.service"}, store, &fakeUnits{}, logging.Text(io.Discard, slog.LevelDebug))
+	ev := s.release(t.Context(), held)
+	if ev.Kind != policy.ReleaseLost || !ev.Record.Same(later) || !ev.Record.Extends(held) {
+		t.Fatalf("release of version 2 over this node's version 3: %v, want release_lost carrying version 3", ev)
+	}
 }
