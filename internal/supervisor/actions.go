@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 
 	"github.com/unitlease/unitlease/internal/logging"
@@ -118,11 +119,16 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 		err = nil
 	}
 	if err != nil {
-		s.logger().Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
 		var lost *redislease.LostError
-		if errors.As(err, &lost) {
-			// What the key holds: the policy releases it again if it is
-			// this node's own later record (a renewal whose reply was lost).
+		if errors.As(err, &lost) && lost.Current.Extends(held) {
+			// This node's own later record (a renewal whose reply was
+			// lost): no failure, the policy releases that one.
+			s.logger().Info("release: the record is this node's own renewal at version " + strconv.FormatUint(lost.Current.Version, 10) + ", whose reply was lost: releasing it")
+			return policy.Event{Kind: policy.ReleaseLost, Record: lost.Current}
+		}
+		s.logger().Warn("release failed: "+err.Error(), "UNITLEASE_EVENT", "release_failed")
+		if lost != nil {
+			// What the key holds: another's, or released.
 			return policy.Event{Kind: policy.ReleaseLost, Record: lost.Current}
 		}
 		if errors.Is(err, redislease.ErrLost) || errors.Is(err, redislease.ErrMissing) || errors.Is(err, redislease.ErrGarbage) {
