@@ -394,7 +394,7 @@ func TestBreakQueuedStaleStartResultTakenByNextTenure(t *testing.T) {
 		next    func(error) Env
 	}
 	scenario := func(t *testing.T, u Units, w waiter) {
-		logs := &breakQueuedLog{}
+		logs := &syncBuffer{}
 		store := &fakeStore{t: t}
 		s := demoSupervisor(t, []string{"demo.service"}, store, u, logging.Text(logs, slog.LevelDebug))
 		defer s.Launch(context.WithoutCancel(t.Context()))()
@@ -458,22 +458,4 @@ func TestBreakQueuedSeveralUnitsNotQueued(t *testing.T) {
 			t.Fatalf("a lease of two units: %d StartQueued calls, %d starts, %s; want 0, 2, leader", calls, starts, st.Role)
 		}
 	})
-}
-
-// breakQueuedLog is a log buffer safe for the supervisor's goroutines.
-type breakQueuedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *breakQueuedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *breakQueuedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
