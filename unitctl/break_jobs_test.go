@@ -303,6 +303,31 @@ func (f *fakeSystemd) removed(id uint32, unit, result string) {
 	f.conn.Emit("/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager.JobRemoved", id, jobPath(id), unit, result)
 }
 
+// ended ends start job id with result, the unit going to state: the state
+// shows the job until s has taken its JobRemoved, so a Start that reads
+// the job gone from the state finds its result, where under load it
+// could read the state first and wait out jobResultGrace for a signal
+// still on its way. s has taken the JobRemoved once it has taken a
+// second one sent after it on the same connection, for a job of no
+// call's (kept in s.jobs.early).
+func (f *fakeSystemd) ended(t *testing.T, s *Systemd, id uint32, unit, state, result string) {
+	t.Helper()
+	f.set(unit, state, id, "start")
+	f.removed(id, unit, result)
+	marker := f.job() | 1<<31
+	f.removed(marker, "marker.service", "done")
+	seen := func() bool {
+		s.jobs.mu.Lock()
+		defer s.jobs.mu.Unlock()
+		_, ok := s.jobs.early[marker]
+		return ok
+	}
+	if !until(10*time.Second, seen) {
+		t.Fatalf("job %d's JobRemoved not taken", id)
+	}
+	f.set(unit, state, 0, "")
+}
+
 // logs collects a Systemd's log lines.
 type logs struct {
 	mu    sync.Mutex

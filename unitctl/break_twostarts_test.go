@@ -281,8 +281,7 @@ func TestTwoStartsSameUnitMerged(t *testing.T) {
 				t.Fatal("the two StartUnit calls did not both reach systemd")
 			}
 			if when == "before" {
-				f.set("m.service", "failed", 0, "")
-				f.removed(id, "m.service", "failed")
+				f.ended(t, s, id, "m.service", "failed", "failed")
 				close(gate)
 			} else {
 				close(gate)
@@ -290,8 +289,7 @@ func TestTwoStartsSameUnitMerged(t *testing.T) {
 					t.Fatal("calls not answered")
 				}
 				// the answers are in; the job ends
-				f.set("m.service", "failed", 0, "")
-				f.removed(id, "m.service", "failed")
+				f.ended(t, s, id, "m.service", "failed", "failed")
 			}
 			for range 2 {
 				err := <-errs
@@ -336,13 +334,11 @@ func TestTwoStartsOwnResults(t *testing.T) {
 		ia, ib := ids[a], ids[b]
 		mu.Unlock()
 		// b's job ends first, done; then a's, failed.
-		f.set(b, "active", 0, "")
-		f.removed(ib, b, "done")
+		f.ended(t, s, ib, b, "active", "done")
 		if err := <-eb; err != nil {
 			t.Fatalf("round %d: %s: %v", round, b, err)
 		}
-		f.set(a, "failed", 0, "")
-		f.removed(ia, a, "failed")
+		f.ended(t, s, ia, a, "failed", "failed")
 		err := <-ea
 		var je *JobError
 		if !errors.As(err, &je) || je.JobResult != "failed" {
