@@ -144,6 +144,9 @@ type fakeSystemd struct {
 	startsIn, stopsIn       atomic.Int64 // calls in the fake's handlers
 	maxStartsIn, maxStopsIn atomic.Int64
 	startCalls, stopCalls   atomic.Int64
+
+	procsGate atomic.Pointer[chan struct{}] // if set, GetUnitProcesses waits until it is closed
+	procsIn   atomic.Int64                  // GetUnitProcesses calls in the fake's handler
 }
 
 const fakeConf = `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
@@ -240,7 +243,14 @@ func newFakeSystemd(t *testing.T) *fakeSystemd {
 			}
 			return out, nil
 		},
-		"GetUnitProcesses": func(name string) ([]fakeProcess, *dbus.Error) { return []fakeProcess{}, nil },
+		"GetUnitProcesses": func(name string) ([]fakeProcess, *dbus.Error) {
+			f.procsIn.Add(1)
+			defer f.procsIn.Add(-1)
+			if g := f.procsGate.Load(); g != nil {
+				<-*g
+			}
+			return []fakeProcess{}, nil
+		},
 		"KillUnit":         func(name, who string, sig int32) *dbus.Error { return nil },
 		"ResetFailedUnit":  func(name string) *dbus.Error { return nil },
 		"Subscribe":        func() *dbus.Error { return nil },

@@ -68,7 +68,7 @@ func TestBreakQueuedLineOvertakenByLaterStarts(t *testing.T) {
 	run := func(t *testing.T, queued bool) (order []string) {
 		synctest.Test(t, func(t *testing.T) {
 			pool := make(chan struct{}, 2)
-			l := &line{pool: pool}
+			l := &line{pool: pool, holders: 2}
 			got := make(chan bqHeldBy, rounds+4)
 			// Both places held by starts under way.
 			go bqWaitingStart(l, "h0", got)
@@ -327,7 +327,7 @@ func TestBreakQueuedCloseWhileStartsWait(t *testing.T) {
 // place comes back; until then, the ended turns are kept (logged).
 func TestBreakQueuedLineLetsGoOfEndedTurns(t *testing.T) {
 	pool := make(chan struct{}, 1)
-	l := &line{pool: pool}
+	l := &line{pool: pool, holders: 2}
 	pool <- struct{}{} // a start under way holds the only place
 	const n = 200
 	ptrs := make([]weak.Pointer[[4096]byte], n)

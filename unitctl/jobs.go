@@ -202,7 +202,13 @@ func (sl *slot) release() {
 // (at most the control socket's 32 connections), the calls waiting for an
 // answer stay within dbus-daemon's default of 128 pending replies per
 // connection; past it the bus refuses calls.
+//
+// maxStopChecks bounds the queued stops (StopQueued) checking at once
+// whether their units are stopped already: a state read (batched with
+// the others') and a GetUnitProcesses each, so twice maxProcCalls keeps
+// that pool busy while the reads come back.
 const (
+	maxStopChecks = 2 * maxProcCalls
 	maxStarts     = 2
 	startSlotHold = 2 * time.Second
 	maxStopCalls  = 32

@@ -348,3 +348,57 @@ func TestNodeStopTellsWhenSystemdHasTheStop(t *testing.T) {
 		t.Fatalf("stopping a stopped unit, OnQueued's function was called %d times, want once", calls)
 	}
 }
+
+// TestNodeStopQueued: queued stops of 60 units, every fifth one running
+// (one of those ignoring SIGTERM), on a real systemd: each is confirmed,
+// the running ones inactive with no process left, and every place is
+// given back.
+func TestNodeStopQueued(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	units := map[string]string{}
+	var running []string
+	for i := range 60 {
+		u := fmt.Sprintf("ul-stopq-%02d.service", i)
+		units[u] = "[Service]\nExecStart=/bin/sleep infinity\n"
+		if i == 5 {
+			units[u] = "[Service]\nExecStart=/bin/sh -c 'trap \"\" TERM; while :; do sleep 1; done'\nTimeoutStopSec=60\n"
+		}
+		if i%5 == 0 {
+			running = append(running, u)
+		}
+	}
+	installUnits(t, units)
+	ctx := ctxFor(t, 60*time.Second)
+	for _, u := range running {
+		if err := s.Start(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		unit string
+		err  error
+	}
+	results := make(chan result, len(units))
+	for u := range units {
+		s.StopQueued(ctx, u, testStopWait, func(err error) { results <- result{u, err} })
+	}
+	for range units {
+		r := <-results
+		if r.err != nil {
+			t.Errorf("%s: %v", r.unit, r.err)
+			continue
+		}
+		if st, err := s.State(ctx, r.unit); err != nil || !st.Stopped() {
+			t.Errorf("%s reported stopped, and is %v (%v)", r.unit, st, err)
+		}
+	}
+	for _, u := range running {
+		if left, err := s.unitProcesses(ctx, u); err != nil || len(left) != 0 {
+			t.Errorf("%s: processes left %v (%v)", u, left, err)
+		}
+	}
+	if !poolsEmpty(s, 5*time.Second) || len(s.checkCalls) != 0 {
+		t.Errorf("places held after every queued stop reported: %d checks", len(s.checkCalls))
+	}
+}

@@ -52,11 +52,13 @@ type Systemd struct {
 	reads    stateReads
 	jobs     jobResults
 	// The pools of calls to systemd (slot): starts, StopUnit,
-	// GetUnitProcesses and KillUnit calls.
-	startCalls, stopCalls, procCalls, killCalls chan struct{}
-	starts                                      line            // the starts waiting for a place in startCalls: its only way in
-	life                                        context.Context // the links' context: godbus closes a connection when it ends
-	done                                        context.CancelFunc
+	// GetUnitProcesses and KillUnit calls; and the queued stops' checks
+	// (StopQueued).
+	startCalls, stopCalls, procCalls, killCalls, checkCalls chan struct{}
+	starts                                                  line            // the starts waiting for a place in startCalls: its only way in
+	checks                                                  line            // the queued stops waiting for a place in checkCalls
+	life                                                    context.Context // the links' context: godbus closes a connection when it ends
+	done                                                    context.CancelFunc
 }
 
 // Dial connects to systemd and subscribes to its unit events.
@@ -77,8 +79,10 @@ func Dial(ctx context.Context, opts Options) (*Systemd, error) {
 		stopCalls:  make(chan struct{}, maxStopCalls),
 		procCalls:  make(chan struct{}, maxProcCalls),
 		killCalls:  make(chan struct{}, maxKillCalls),
+		checkCalls: make(chan struct{}, maxStopChecks),
 	}
-	s.starts.pool = s.startCalls
+	s.starts.pool, s.starts.holders = s.startCalls, 2
+	s.checks.pool, s.checks.holders = s.checkCalls, 1
 	s.life, s.done = context.WithCancel(context.Background())
 	if _, err := s.connection(ctx); err != nil {
 		s.done()

@@ -20,14 +20,15 @@ import (
 // itself would get each place given back before the line saw it: a
 // channel hands a freed place to a sender already waiting.)
 type line struct {
-	pool chan struct{}
-	mu   sync.Mutex
-	q    []*turn // in order; a turn leaves it when it runs or its ctx ends
+	pool    chan struct{}
+	holders int32 // of each place given (see slot): two for a start's, its own and its call's
+	mu      sync.Mutex
+	q       []*turn // in order; a turn leaves it when it runs or its ctx ends
 }
 
 // A turn is one start in the line.
 type turn struct {
-	run  func(*slot) // on a goroutine of its own, with the place, for 2 holders
+	run  func(*slot) // on a goroutine of its own, with the place, for line.holders
 	fail func(error) // the turn's ctx ended first
 	stop func() bool // stops the watch of the ctx
 	done bool        // run or fail was called (or is about to be); guarded by line.mu
@@ -36,9 +37,8 @@ type turn struct {
 // wait puts a start in the line: run is called once a place in the pool
 // is free and every start before it in the line has had its turn, or
 // fail, with unanswered(ctx), if ctx ends first; exactly one of the two,
-// each on a goroutine of its own. The place is run's slot, for two
-// holders (the start's own and its call's), as takeSlot(ctx, pool, 2)
-// would give it.
+// each on a goroutine of its own. The place is run's slot, for the
+// line's holders, as takeSlot(ctx, pool, holders) would give it.
 func (l *line) wait(ctx context.Context, run func(*slot), fail func(error)) {
 	t := &turn{run: run, fail: fail}
 	l.mu.Lock()
@@ -80,7 +80,7 @@ func (l *line) next() {
 			}
 			t.done = true
 			sl := &slot{pool: l.pool, freed: l.next}
-			sl.holders.Store(2)
+			sl.holders.Store(l.holders)
 			go func() {
 				t.stop()
 				t.run(sl)
@@ -93,8 +93,8 @@ func (l *line) next() {
 }
 
 // take waits in the line for a place, for a Start that waits on its own
-// goroutine: the place, for two holders, or unanswered(ctx) if ctx ends
-// first.
+// goroutine: the place, for the line's holders, or unanswered(ctx) if
+// ctx ends first.
 func (l *line) take(ctx context.Context) (*slot, error) {
 	got := make(chan *slot, 1)
 	failed := make(chan error, 1)

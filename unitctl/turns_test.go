@@ -27,7 +27,7 @@ func giveBack(sl *slot) {
 // order they joined, each on its own place, and the pool ends empty.
 func TestLineWaitsWithoutAGoroutineAndGoesInOrder(t *testing.T) {
 	pool := make(chan struct{}, 1)
-	l := &line{pool: pool}
+	l := &line{pool: pool, holders: 2}
 	pool <- struct{}{} // held by a start outside the line
 	const n = 500
 	var order []int
@@ -71,7 +71,7 @@ func intsTo(n int) []int {
 // next place.
 func TestLineLeavesWhenItsCtxEnds(t *testing.T) {
 	pool := make(chan struct{}, 1)
-	l := &line{pool: pool}
+	l := &line{pool: pool, holders: 2}
 	pool <- struct{}{}
 	ctx, cancel := context.WithCancel(t.Context())
 	failed := make(chan error, 1)
@@ -100,7 +100,7 @@ func TestLineLeavesWhenItsCtxEnds(t *testing.T) {
 // than the pool has, and none is left held. Run it under -race.
 func TestLineEachTurnOnceUnderRaces(t *testing.T) {
 	pool := make(chan struct{}, 2)
-	l := &line{pool: pool}
+	l := &line{pool: pool, holders: 2}
 	const n = 2000
 	var calls [n]atomic.Int32
 	var ran, failed atomic.Int64

@@ -57,10 +57,41 @@ func (u *unitsOf) Stop(ctx context.Context, unit string, queued func()) (bool, e
 	if queued != nil {
 		ctx = unitctl.OnQueued(ctx, queued)
 	}
-	err := u.sd.Stop(ctx, unit, u.stopWait)
+	return killedBy(u.sd.Stop(ctx, unit, u.stopWait))
+}
+
+// StopQueued is Stop for a supervisor's stop that no deadline bounds
+// (supervisor.QueuedStops): over a systemd whose stops can wait in a
+// line (unitctl's StopQueued), else on a goroutine of its own.
+func (u *unitsOf) StopQueued(ctx context.Context, unit string, done func(bool, error)) {
+	if q, ok := u.sd.(queuedStopper); ok {
+		q.StopQueued(ctx, unit, u.stopWait, func(err error) { done(killedBy(err)) })
+		return
+	}
+	go func() { done(u.Stop(ctx, unit, nil)) }()
+}
+
+// queuedStopper is a Manager whose stops can wait for their turn without
+// a goroutine each: *unitctl.Systemd.
+type queuedStopper interface {
+	StopQueued(ctx context.Context, unit string, stopWait time.Duration, done func(error))
+}
+
+// killedBy is what a stop that ended with err reports: whether SIGKILL
+// was sent (unitctl's JobError says), and err.
+func killedBy(err error) (bool, error) {
 	var je *unitctl.JobError
 	if errors.As(err, &je) {
 		return je.Killed, err
 	}
 	return false, err
 }
+
+// The daemon's supervisors queue their starts and their stops with no
+// deadline, over unitctl's lines.
+var (
+	_ supervisor.QueuedUnits = (*unitsOf)(nil)
+	_ supervisor.QueuedStops = (*unitsOf)(nil)
+	_ queuedStarter          = (*unitctl.Systemd)(nil)
+	_ queuedStopper          = (*unitctl.Systemd)(nil)
+)

@@ -194,6 +194,41 @@ func (s *Supervisor) startQueued(a policy.Action) bool {
 	return true
 }
 
+// stopQueued carries out a StopUnit through QueuedStops, and reports
+// whether it did: for a lease of one unit whose Units queue stops, a
+// stop that no deadline bounds (By zero, and no stop due by one still
+// pending: the startup's, rule 6, or one tried again after a failed
+// one) waits for its turn with no goroutine of its own, and its result
+// is stepped, and what that step asks carried out, on the goroutine
+// done is called on. A stop due by a deadline never waits in a line:
+// it goes to systemd at once (stop), and the watchdog watches that it
+// does.
+func (s *Supervisor) stopQueued(a policy.Action) bool {
+	q, ok := s.units.(QueuedStops)
+	if !ok || len(s.Units) != 1 || a.By != 0 || s.stopping.Load() != nil {
+		return false
+	}
+	unit := s.Units[0]
+	// As stop: never abandoned half way, whether or not s ends.
+	q.StopQueued(context.WithoutCancel(s.ctx), unit, func(killed bool, err error) {
+		ev := policy.Event{Kind: policy.UnitStopped, Killed: killed}
+		if err != nil {
+			s.stopFailed(unit, err)
+			ev = policy.Event{Kind: policy.UnitStopFailed}
+		}
+		var next policy.Output
+		if s.step(ev, &next) {
+			s.carry(&next)
+		}
+	})
+	return true
+}
+
+// stopFailed journals a unit's stop that ended with err.
+func (s *Supervisor) stopFailed(unit string, err error) {
+	s.logger().Error("stopping "+unit+" failed: "+err.Error(), "UNITLEASE_UNIT", unit, "UNITLEASE_EVENT", "stop_failed")
+}
+
 // stop stops every unit of the lease at once, each within stop_wait, and
 // reports stopped only when all are confirmed inactive. It ignores ctx's
 // end: a stop is never abandoned half way.
@@ -222,7 +257,7 @@ func (s *Supervisor) stop(ctx context.Context) policy.Event {
 		killed = killed || k
 		if err != nil {
 			failed = true
-			s.logger().Error("stopping "+u+" failed: "+err.Error(), "UNITLEASE_UNIT", u, "UNITLEASE_EVENT", "stop_failed")
+			s.stopFailed(u, err)
 		}
 	}
 	// The last unit's stop runs on this goroutine: a lease of one unit

@@ -83,6 +83,19 @@ type QueuedUnits interface {
 	StartQueued(ctx context.Context, unit string, env Env, done func(error))
 }
 
+// QueuedStops is Units whose stops that no deadline bounds (a new
+// daemon's stops of the units it does not hold, rule 6; a stop tried
+// again after a failed one) wait for their turn without a goroutine
+// each (the daemon's, over unitctl's StopQueued): a daemon that starts
+// with thousands of leases stops every unit at once.
+type QueuedStops interface {
+	Units
+	// StopQueued is Stop that returns at once, for a stop with no
+	// pending deadline: done is called, on a goroutine of its own, with
+	// what Stop would have returned.
+	StopQueued(ctx context.Context, unit string, done func(killed bool, err error))
+}
+
 // Env is what a unit's environment carries of the tenure it runs in.
 type Env struct {
 	Lease string
@@ -276,6 +289,11 @@ func (s *Supervisor) carry(out *policy.Output) {
 			// A start of one unit over QueuedUnits waits for its turn
 			// as an entry in a line, with no goroutine (startQueued).
 			if first.Kind == policy.StartUnit && s.startQueued(first) {
+				return
+			}
+			// So does a stop of one unit that no deadline bounds
+			// (stopQueued).
+			if first.Kind == policy.StopUnit && s.stopQueued(first) {
 				return
 			}
 			// Any other unit's job may wait long for its turn (a daemon
