@@ -251,9 +251,9 @@ func newFakeSystemd(t *testing.T) *fakeSystemd {
 			}
 			return []fakeProcess{}, nil
 		},
-		"KillUnit":         func(name, who string, sig int32) *dbus.Error { return nil },
-		"ResetFailedUnit":  func(name string) *dbus.Error { return nil },
-		"Subscribe":        func() *dbus.Error { return nil },
+		"KillUnit":        func(name, who string, sig int32) *dbus.Error { return nil },
+		"ResetFailedUnit": func(name string) *dbus.Error { return nil },
+		"Subscribe":       func() *dbus.Error { return nil },
 	}
 	props := map[string]any{
 		"Get": func(iface, prop string) (dbus.Variant, *dbus.Error) {
