@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,10 +37,14 @@ func TestNodeStopKillsUnitIgnoringSIGTERM(t *testing.T) {
 			waitFor(t, 5*time.Second, c.marker+" running", func() bool { return len(processesWith(c.marker)) == 1 })
 
 			start := time.Now()
-			err := s.Stop(ctxFor(t, time.Minute), unit, testStopWait)
+			var killed atomic.Bool
+			err := s.Stop(OnKilled(ctxFor(t, time.Minute), func() { killed.Store(true) }), unit, testStopWait)
 			took := time.Since(start)
 			if err != nil {
 				t.Fatalf("Stop: %v", err)
+			}
+			if !killed.Load() {
+				t.Errorf("a stop that sent SIGKILL did not say so (OnKilled)")
 			}
 			t.Logf("stopped in %v (SIGKILL due at %v)", took.Round(time.Millisecond), testStopWait-KillMargin(testStopWait))
 			if took > testStopWait || took < testStopWait-KillMargin(testStopWait) {
@@ -50,6 +55,39 @@ func TestNodeStopKillsUnitIgnoringSIGTERM(t *testing.T) {
 			}
 			if left := processesWith(c.marker); len(left) > 0 {
 				t.Errorf("processes left after Stop: %v", left)
+			}
+		})
+	}
+}
+
+// TestNodeStopSaysWhenSIGKILLWasNeeded: a stop that succeeds calls
+// OnKilled's function when systemd itself sent SIGKILL (a unit that
+// ignores SIGTERM, its TimeoutStopSec= of 300 ms run out, long before
+// Stop's own SIGKILL at 1.5 s), and not when SIGTERM was enough.
+func TestNodeStopSaysWhenSIGKILLWasNeeded(t *testing.T) {
+	t.Parallel()
+	s := dialNode(t, Options{})
+	cases := []struct {
+		name, service string
+		killed        bool
+	}{
+		{"systemd's SIGKILL", "[Service]\nExecStart=/bin/sh -c \"trap '' TERM; exec sleep 86404\"\nTimeoutStopSec=300ms\n", true},
+		{"SIGTERM enough", "[Service]\nExecStart=/bin/sleep 86405\n", false},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			unit := fmt.Sprintf("ul-stop-says-%d.service", i)
+			installUnits(t, map[string]string{unit: c.service})
+			if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+				t.Fatal(err)
+			}
+			var killed atomic.Bool
+			if err := s.Stop(OnKilled(ctxFor(t, time.Minute), func() { killed.Store(true) }), unit, testStopWait); err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			if killed.Load() != c.killed {
+				t.Errorf("OnKilled called: %t, want %t", killed.Load(), c.killed)
 			}
 		})
 	}

@@ -90,6 +90,9 @@ func (s *Systemd) stop(ctx context.Context, unit string, stopWait time.Duration,
 	err := st.run(ctx)
 	st.forgetJob()
 	if err == nil {
+		if st.killed || st.sigkilled {
+			killedFrom(ctx)()
+		}
 		return nil
 	}
 	sentinel := ErrStopFailed
@@ -134,8 +137,12 @@ type stopping struct {
 	// listed KillMargin after that, once stopWait has passed, is a failed
 	// stop: it survived a SIGKILL that had the time to end it.
 	killedAt map[uint32]time.Time
-	leftSeen bool          // processes left in the stopped unit were logged
-	recheck  time.Duration // the delay before the cgroup is listed again
+	leftSeen bool // processes left in the stopped unit were logged
+	// sigkilled: systemd was seen sending SIGKILL itself (a stop phase
+	// ran out of its TimeoutStopSec=, SendSIGKILL=yes): a change or a
+	// read showed the unit in stop-sigkill or final-sigkill.
+	sigkilled bool
+	recheck   time.Duration // the delay before the cgroup is listed again
 }
 
 func (st *stopping) run(ctx context.Context) error {
@@ -188,8 +195,11 @@ func (st *stopping) run(ctx context.Context) error {
 			return ctx.Err()
 		case r := <-st.job:
 			st.jobResult, st.job = r, nil
-		case <-st.w.changes:
-			drain(st.w.changes)
+		case c := <-st.w.changes:
+			st.note(c.sub)
+			for len(st.w.changes) > 0 {
+				st.note((<-st.w.changes).sub)
+			}
 		case <-st.w.resync:
 		case <-poll.C:
 		case <-recheck:
@@ -402,6 +412,7 @@ func (st *stopping) refresh(ctx context.Context) error {
 	switch {
 	case err == nil:
 		st.state = state
+		st.note(state.SubState)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case rctx.Err() != nil:
@@ -443,6 +454,32 @@ func (st *stopping) kill(ctx context.Context) {
 			st.killedAt[p.PID] = now
 		}
 	}
+}
+
+// note takes a SubState the unit was seen in during the stop.
+func (st *stopping) note(sub string) {
+	if sub == "stop-sigkill" || sub == "final-sigkill" {
+		st.sigkilled = true
+	}
+}
+
+// OnKilled returns a context on which a Stop that succeeds calls killed
+// (before it returns) if SIGKILL was needed: Stop sent it, or systemd was
+// seen sending it (a stop phase ran out of its time, and the unit was
+// seen in stop-sigkill or final-sigkill). A failed stop says so in its
+// *JobError's Killed instead.
+func OnKilled(ctx context.Context, killed func()) context.Context {
+	return context.WithValue(ctx, killedKey{}, killed)
+}
+
+type killedKey struct{}
+
+// killedFrom is the function set with OnKilled, or one that does nothing.
+func killedFrom(ctx context.Context) func() {
+	if f, _ := ctx.Value(killedKey{}).(func()); f != nil {
+		return f
+	}
+	return func() {}
 }
 
 // OnQueued returns a context on which Stop calls queued once systemd has

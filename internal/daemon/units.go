@@ -57,7 +57,10 @@ func (u *unitsOf) Stop(ctx context.Context, unit string, queued func()) (bool, e
 	if queued != nil {
 		ctx = unitctl.OnQueued(ctx, queued)
 	}
-	return killedBy(u.sd.Stop(ctx, unit, u.stopWait))
+	var killed bool
+	ctx = unitctl.OnKilled(ctx, func() { killed = true })
+	k, err := killedBy(u.sd.Stop(ctx, unit, u.stopWait))
+	return killed || k, err
 }
 
 // StopQueued is Stop for a supervisor's stop that no deadline bounds
@@ -65,7 +68,12 @@ func (u *unitsOf) Stop(ctx context.Context, unit string, queued func()) (bool, e
 // line (unitctl's StopQueued), else on a goroutine of its own.
 func (u *unitsOf) StopQueued(ctx context.Context, unit string, done func(bool, error)) {
 	if q, ok := u.sd.(queuedStopper); ok {
-		q.StopQueued(ctx, unit, u.stopWait, func(err error) { done(killedBy(err)) })
+		var killed bool // set before done, on its goroutine
+		ctx = unitctl.OnKilled(ctx, func() { killed = true })
+		q.StopQueued(ctx, unit, u.stopWait, func(err error) {
+			k, err := killedBy(err)
+			done(killed || k, err)
+		})
 		return
 	}
 	go func() { done(u.Stop(ctx, unit, nil)) }()
@@ -78,7 +86,8 @@ type queuedStopper interface {
 }
 
 // killedBy is what a stop that ended with err reports: whether SIGKILL
-// was sent (unitctl's JobError says), and err.
+// was sent, as a failed stop's JobError says (a stop that succeeded says
+// so through unitctl.OnKilled), and err.
 func killedBy(err error) (bool, error) {
 	var je *unitctl.JobError
 	if errors.As(err, &je) {

@@ -817,6 +817,16 @@ func faultIgnoreTERM(s *session, leader *vmtests.Node, r *Run, m *measured) erro
 		if stop > s.t.StopWait {
 			s.problem("the unit ignoring SIGTERM took %v to stop on %s, above stop_wait %v", stop, leader.Name, s.t.StopWait)
 		}
+		// systemd's SIGKILL (its stop phase ran out) is journalled: the
+		// stop needed it.
+		// (Not journalctl --after-cursor with a match: it skips the first
+		// matching entry when the cursor's own does not match.)
+		killed := slices.ContainsFunc(s.daemonEvents(r.Fault), func(e string) bool {
+			return strings.Contains(e, " "+leader.Name+" [killed ")
+		})
+		if !killed {
+			s.problem("%s's journal has no killed entry for the stop of the unit that ignores SIGTERM", leader.Name)
+		}
 		r.BoundParts += fmt.Sprintf("; the old copy stopped in %v (stop_wait %v)", stop.Round(time.Millisecond), s.t.StopWait)
 	}
 	return nil
