@@ -211,38 +211,43 @@ func newFakeSystemd(t *testing.T) *fakeSystemd {
 	f := &fakeSystemd{conn: conn, units: map[string]fakeUnit{}, nextID: 1000}
 	f.onStart(func(name string) (uint32, *dbus.Error) { return f.finish(name, "active", "done"), nil })
 	f.onStop(func(name string) (uint32, *dbus.Error) { return f.finish(name, "inactive", "done"), nil })
-	track := func(in, max *atomic.Int64) func() {
-		n := in.Add(1)
-		for m := max.Load(); n > m && !max.CompareAndSwap(m, n); m = max.Load() {
-		}
-		return func() { in.Add(-1) }
+	props := map[string]any{
+		"Get": func(iface, prop string) (dbus.Variant, *dbus.Error) {
+			if iface == "org.freedesktop.systemd1.Manager" && prop == "Version" {
+				return dbus.MakeVariant("257"), nil
+			}
+			return dbus.Variant{}, dbus.NewError("org.freedesktop.DBus.Error.UnknownProperty", []any{prop})
+		},
 	}
-	manager := map[string]any{
+	f.export(t, f.manager())
+	if err := conn.ExportMethodTable(props, "/org/freedesktop/systemd1", "org.freedesktop.DBus.Properties"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := conn.RequestName("org.freedesktop.systemd1", dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("own org.freedesktop.systemd1: %v %v", r, err)
+	}
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", addr)
+	return f
+}
+
+// manager is the fake's table of Manager methods; a test that needs
+// some of them to act otherwise replaces them and exports it again
+// (export).
+func (f *fakeSystemd) manager() map[string]any {
+	return map[string]any{
 		"StartUnit": func(name, mode string) (dbus.ObjectPath, *dbus.Error) {
 			f.startCalls.Add(1)
-			defer track(&f.startsIn, &f.maxStartsIn)()
+			defer trackIn(&f.startsIn, &f.maxStartsIn)()
 			id, derr := (*f.startFn.Load())(name)
 			return jobPath(id), derr
 		},
 		"StopUnit": func(name, mode string) (dbus.ObjectPath, *dbus.Error) {
 			f.stopCalls.Add(1)
-			defer track(&f.stopsIn, &f.maxStopsIn)()
+			defer trackIn(&f.stopsIn, &f.maxStopsIn)()
 			id, derr := (*f.stopFn.Load())(name)
 			return jobPath(id), derr
 		},
-		"ListUnitsByNames": func(names []string) ([]fakeUnit, *dbus.Error) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			var out []fakeUnit
-			for _, n := range names {
-				u, ok := f.units[n]
-				if !ok {
-					u = fakeUnit{Name: n, LoadState: "not-found", ActiveState: "inactive", SubState: "dead", Path: "/", JobPath: "/"}
-				}
-				out = append(out, u)
-			}
-			return out, nil
-		},
+		"ListUnitsByNames": func(names []string) ([]fakeUnit, *dbus.Error) { return f.list(names), nil },
 		"GetUnitProcesses": func(name string) ([]fakeProcess, *dbus.Error) {
 			f.procsIn.Add(1)
 			defer f.procsIn.Add(-1)
@@ -255,25 +260,31 @@ func newFakeSystemd(t *testing.T) *fakeSystemd {
 		"ResetFailedUnit": func(name string) *dbus.Error { return nil },
 		"Subscribe":       func() *dbus.Error { return nil },
 	}
-	props := map[string]any{
-		"Get": func(iface, prop string) (dbus.Variant, *dbus.Error) {
-			if iface == "org.freedesktop.systemd1.Manager" && prop == "Version" {
-				return dbus.MakeVariant("257"), nil
-			}
-			return dbus.Variant{}, dbus.NewError("org.freedesktop.DBus.Error.UnknownProperty", []any{prop})
-		},
-	}
-	if err := conn.ExportMethodTable(manager, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
+}
+
+// export exports manager as the fake's Manager methods, in place of the
+// ones before (ExportMethodTable replaces an interface's methods).
+func (f *fakeSystemd) export(t *testing.T, manager map[string]any) {
+	t.Helper()
+	if err := f.conn.ExportMethodTable(manager, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.ExportMethodTable(props, "/org/freedesktop/systemd1", "org.freedesktop.DBus.Properties"); err != nil {
-		t.Fatal(err)
+}
+
+// list is the fake's ListUnitsByNames: a unit it does not know is
+// not-found.
+func (f *fakeSystemd) list(names []string) []fakeUnit {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []fakeUnit
+	for _, n := range names {
+		u, ok := f.units[n]
+		if !ok {
+			u = fakeUnit{Name: n, LoadState: "not-found", ActiveState: "inactive", SubState: "dead", Path: "/", JobPath: "/"}
+		}
+		out = append(out, u)
 	}
-	if r, err := conn.RequestName("org.freedesktop.systemd1", dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("own org.freedesktop.systemd1: %v %v", r, err)
-	}
-	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", addr)
-	return f
+	return out
 }
 
 func jobPath(id uint32) dbus.ObjectPath {

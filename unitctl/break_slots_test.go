@@ -51,47 +51,18 @@ func withExtras(t *testing.T, f *fakeSystemd) *fakeExtras {
 	kill := func(string) *dbus.Error { return nil }
 	x.procs.Store(&procs)
 	x.kill.Store(&kill)
-	manager := map[string]any{
-		"StartUnit": func(name, mode string) (dbus.ObjectPath, *dbus.Error) {
-			f.startCalls.Add(1)
-			defer trackIn(&f.startsIn, &f.maxStartsIn)()
-			id, derr := (*f.startFn.Load())(name)
-			return jobPath(id), derr
-		},
-		"StopUnit": func(name, mode string) (dbus.ObjectPath, *dbus.Error) {
-			f.stopCalls.Add(1)
-			defer trackIn(&f.stopsIn, &f.maxStopsIn)()
-			id, derr := (*f.stopFn.Load())(name)
-			return jobPath(id), derr
-		},
-		"ListUnitsByNames": func(names []string) ([]fakeUnit, *dbus.Error) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			var out []fakeUnit
-			for _, n := range names {
-				u, ok := f.units[n]
-				if !ok {
-					u = fakeUnit{Name: n, LoadState: "not-found", ActiveState: "inactive", SubState: "dead", Path: "/", JobPath: "/"}
-				}
-				out = append(out, u)
-			}
-			return out, nil
-		},
-		"GetUnitProcesses": func(name string) ([]fakeProcess, *dbus.Error) {
-			x.procCalls.Add(1)
-			return (*x.procs.Load())(name)
-		},
-		"KillUnit": func(name, who string, sig int32) *dbus.Error {
-			x.killCalls.Add(1)
-			defer trackIn(&x.killsIn, &x.maxKillsIn)()
-			return (*x.kill.Load())(name)
-		},
-		"ResetFailedUnit": func(name string) *dbus.Error { x.resets.Add(1); return nil },
-		"Subscribe":       func() *dbus.Error { return nil },
+	manager := f.manager()
+	manager["GetUnitProcesses"] = func(name string) ([]fakeProcess, *dbus.Error) {
+		x.procCalls.Add(1)
+		return (*x.procs.Load())(name)
 	}
-	if err := f.conn.ExportMethodTable(manager, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
-		t.Fatal(err)
+	manager["KillUnit"] = func(name, who string, sig int32) *dbus.Error {
+		x.killCalls.Add(1)
+		defer trackIn(&x.killsIn, &x.maxKillsIn)()
+		return (*x.kill.Load())(name)
 	}
+	manager["ResetFailedUnit"] = func(name string) *dbus.Error { x.resets.Add(1); return nil }
+	f.export(t, manager)
 	return x
 }
 

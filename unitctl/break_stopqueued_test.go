@@ -39,59 +39,31 @@ func bsqExport(t *testing.T, f *fakeSystemd) *bsqFake {
 	x := &bsqFake{f: f, gate: make(chan struct{}), gated: map[string]bool{}, unreadable: map[string]bool{}}
 	x.openGate = sync.OnceFunc(func() { close(x.gate) })
 	t.Cleanup(x.openGate)
-	manager := map[string]any{
-		"StartUnit": func(name, mode string) (dbus.ObjectPath, *dbus.Error) {
-			f.startCalls.Add(1)
-			defer trackIn(&f.startsIn, &f.maxStartsIn)()
-			id, derr := (*f.startFn.Load())(name)
-			return jobPath(id), derr
-		},
-		"StopUnit": func(name, mode string) (dbus.ObjectPath, *dbus.Error) {
-			f.stopCalls.Add(1)
-			defer trackIn(&f.stopsIn, &f.maxStopsIn)()
-			id, derr := (*f.stopFn.Load())(name)
-			return jobPath(id), derr
-		},
-		"ListUnitsByNames": func(names []string) ([]fakeUnit, *dbus.Error) {
-			x.mu.Lock()
-			for _, n := range names {
-				if x.unreadable[n] {
-					x.mu.Unlock()
-					return nil, dbus.NewError("org.freedesktop.DBus.Error.AccessDenied", []any{"no read of " + n})
-				}
+	manager := f.manager()
+	manager["ListUnitsByNames"] = func(names []string) ([]fakeUnit, *dbus.Error) {
+		x.mu.Lock()
+		for _, n := range names {
+			if x.unreadable[n] {
+				x.mu.Unlock()
+				return nil, dbus.NewError("org.freedesktop.DBus.Error.AccessDenied", []any{"no read of " + n})
 			}
-			x.mu.Unlock()
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			var out []fakeUnit
-			for _, n := range names {
-				u, ok := f.units[n]
-				if !ok {
-					u = fakeUnit{Name: n, LoadState: "not-found", ActiveState: "inactive", SubState: "dead", Path: "/", JobPath: "/"}
-				}
-				out = append(out, u)
-			}
-			return out, nil
-		},
-		"GetUnitProcesses": func(name string) ([]fakeProcess, *dbus.Error) {
-			x.procCalls.Add(1)
-			x.mu.Lock()
-			gated := x.gated[name]
-			x.mu.Unlock()
-			if gated {
-				x.procsIn.Add(1)
-				defer x.procsIn.Add(-1)
-				<-x.gate
-			}
-			return []fakeProcess{}, nil
-		},
-		"KillUnit":        func(name, who string, sig int32) *dbus.Error { return nil },
-		"ResetFailedUnit": func(name string) *dbus.Error { return nil },
-		"Subscribe":       func() *dbus.Error { return nil },
+		}
+		x.mu.Unlock()
+		return f.list(names), nil
 	}
-	if err := f.conn.ExportMethodTable(manager, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
-		t.Fatal(err)
+	manager["GetUnitProcesses"] = func(name string) ([]fakeProcess, *dbus.Error) {
+		x.procCalls.Add(1)
+		x.mu.Lock()
+		gated := x.gated[name]
+		x.mu.Unlock()
+		if gated {
+			x.procsIn.Add(1)
+			defer x.procsIn.Add(-1)
+			<-x.gate
+		}
+		return []fakeProcess{}, nil
 	}
+	f.export(t, manager)
 	return x
 }
 
