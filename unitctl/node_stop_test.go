@@ -68,11 +68,11 @@ func TestNodeStopSaysWhenSIGKILLWasNeeded(t *testing.T) {
 	t.Parallel()
 	s := dialNode(t, Options{})
 	cases := []struct {
-		name, service string
-		killed        bool
+		name, service, marker string
+		killed                bool
 	}{
-		{"systemd's SIGKILL", "[Service]\nExecStart=/bin/sh -c \"trap '' TERM; exec sleep 86404\"\nTimeoutStopSec=300ms\n", true},
-		{"SIGTERM enough", "[Service]\nExecStart=/bin/sleep 86405\n", false},
+		{"systemd's SIGKILL", "[Service]\nExecStart=/bin/sh -c \"trap '' TERM; exec sleep 86431\"\nTimeoutStopSec=300ms\n", "sleep 86431", true},
+		{"SIGTERM enough", "[Service]\nExecStart=/bin/sleep 86432\n", "/bin/sleep 86432", false},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -82,6 +82,9 @@ func TestNodeStopSaysWhenSIGKILLWasNeeded(t *testing.T) {
 			if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
 				t.Fatal(err)
 			}
+			// Active as soon as forked: the shell must have set its trap
+			// (and exec'd) before the stop, or SIGTERM ends it.
+			waitFor(t, 5*time.Second, c.marker+" running", func() bool { return len(processesWith(c.marker)) == 1 })
 			var killed atomic.Bool
 			if err := s.Stop(OnKilled(ctxFor(t, time.Minute), func() { killed.Store(true) }), unit, testStopWait); err != nil {
 				t.Fatalf("Stop: %v", err)
