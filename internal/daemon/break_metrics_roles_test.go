@@ -11,14 +11,14 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// bmScrape gathers d's registry and checks what must hold of every
+// bmScrape reads d's exposition and checks what must hold of every
 // scrape: one role series per lease, no negative age or deadline, a
 // token and a deadline only for a leader. It returns each lease's role.
 func bmScrape(t *testing.T, d *Daemon) (roles map[string]string, counters map[string]float64) {
 	t.Helper()
-	mfs, err := d.metrics.Gatherer().Gather()
+	mfs, err := scrapeFamilies(d)
 	if err != nil {
-		t.Errorf("gather: %v", err)
+		t.Errorf("scrape: %v", err)
 		return nil, nil
 	}
 	roles, counters = map[string]string{}, map[string]float64{}

@@ -9,23 +9,30 @@ import (
 	"testing/synctest"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
-// scrapeText gathers the daemon's registry in the text format.
+// scrapeText is the daemon's exposition, as its endpoint serves it.
 func scrapeText(t *testing.T, d *Daemon) string {
 	t.Helper()
-	mfs, err := d.metrics.Gatherer().Gather()
-	if err != nil {
+	var b bytes.Buffer
+	if _, err := d.metrics.WriteTo(&b); err != nil {
 		t.Fatal(err)
 	}
-	var b bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return b.String()
+}
+
+// scrapeFamilies is the daemon's exposition read with the client
+// library's parser.
+func scrapeFamilies(d *Daemon) (map[string]*dto.MetricFamily, error) {
+	var b bytes.Buffer
+	if _, err := d.metrics.WriteTo(&b); err != nil {
+		return nil, err
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(&b)
 }
 
 // TestMetricsFollowTheLeaseThroughAStopFailure: the daemon's scrape shows

@@ -1,11 +1,13 @@
 package metrics
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -120,16 +122,84 @@ func manyLeases(n int) []LeaseView {
 	return ls
 }
 
-// TestBreakTextWriterMatchesIndependentReference: the handler's scrape
-// is, byte for byte (runtime lines aside), what the library encodes from
-// const metrics built independently of textWriter, at 0, 1, 3 and 900
-// leases (past several flushes); and the scrape parses, each family
-// once, in sorted order.
+// refNode is the node's families as the client library makes them, fed
+// the same counts and observations as the Metrics under test, with the
+// help texts of nodeFamilies.
+type refNode struct {
+	reg                    *prometheus.Registry
+	counters               map[string]prometheus.Counter
+	renewSecs, acquireSecs prometheus.Histogram
+}
+
+func newRefNode(src *fakeSource, opt Options) *refNode {
+	help := map[string]string{}
+	for _, f := range nodeFamilies {
+		help[f.name] = f.help
+	}
+	r := &refNode{reg: prometheus.NewPedanticRegistry(), counters: map[string]prometheus.Counter{}}
+	for _, n := range []string{nameStopFailures, nameKills, nameUnitFailures, nameGarbage, nameRenewFailures, nameServerChanges} {
+		r.counters[n] = prometheus.NewCounter(prometheus.CounterOpts{Name: n, Help: help[n]})
+		r.reg.MustRegister(r.counters[n])
+	}
+	r.renewSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: nameRenewSeconds, Help: help[nameRenewSeconds], Buckets: latencyBuckets})
+	r.acquireSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: nameAcquireSecs, Help: help[nameAcquireSecs], Buckets: latencyBuckets})
+	r.reg.MustRegister(r.renewSecs, r.acquireSecs)
+	gauge := func(name string, v float64, labels prometheus.Labels) {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help[name], ConstLabels: labels})
+		g.Set(v)
+		r.reg.MustRegister(g)
+	}
+	gauge(nameRedisUp, float64(b2i(src.up)), nil)
+	gauge(nameRedisDurable, float64(b2i(src.isDurabl)), nil)
+	gauge(nameDrained, float64(b2i(src.drained)), nil)
+	gauge(nameLeaseSpan, opt.LeaseSpan.Seconds(), nil)
+	gauge(nameCrashBound, opt.CrashBound.Seconds(), nil)
+	gauge(nameBuild, 1, prometheus.Labels{"version": opt.Version, "goversion": runtime.Version()})
+	return r
+}
+
+// latencies are observations at, around and beyond the buckets' bounds.
+func latencies() []float64 {
+	var vs []float64
+	for _, b := range latencyBuckets {
+		vs = append(vs, b, math.Nextafter(b, 0), math.Nextafter(b, 10))
+	}
+	return append(vs, 0, 1e-9, 2.5000001, 7, 1e6, 1/3.0)
+}
+
+// TestBreakTextWriterMatchesIndependentReference: WriteTo writes, byte
+// for byte (the runtime's and the process's lines aside), what the
+// library encodes of const metrics built independently of textWriter for
+// the leases, and of the library's own counters and histograms, fed the
+// same, for the node, at 0, 1, 3 and 900 leases (past several flushes);
+// the whole is what the library writes again of it once parsed; and it
+// parses, each family once, in sorted order, lint clean.
 func TestBreakTextWriterMatchesIndependentReference(t *testing.T) {
 	for _, n := range []int{0, 1, 3, 900} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			src := &copySource{fakeSource{leases: manyLeases(n), up: true}}
-			m := New(src, Options{Version: `v"1\2` + "\n", LeaseSpan: 39246 * time.Millisecond, CrashBound: 69246 * time.Millisecond})
+			src := &copySource{fakeSource{leases: manyLeases(n), up: true, isDurabl: n%2 == 1, drained: n == 3}}
+			opt := Options{Version: `v"1\2` + "\n", LeaseSpan: 39246 * time.Millisecond, CrashBound: 69246 * time.Millisecond}
+			m := New(src, opt)
+			ref := newRefNode(&src.fakeSource, opt)
+			for i, c := range []struct {
+				m   *counter
+				ref string
+			}{{&m.stopFailures, nameStopFailures}, {&m.kills, nameKills}, {&m.unitFailures, nameUnitFailures}, {&m.garbage, nameGarbage}, {&m.renewFailures, nameRenewFailures}, {&m.serverChanges, nameServerChanges}} {
+				for range (i + n) % 5 {
+					c.m.Inc()
+					ref.counters[c.ref].Inc()
+				}
+			}
+			for i, v := range latencies() {
+				if i%(n+1) == 0 || n == 900 {
+					m.renewSeconds.Observe(v)
+					ref.renewSecs.Observe(v)
+				}
+				if n > 0 && i%n == 0 {
+					m.acquireSeconds.Observe(v)
+					ref.acquireSecs.Observe(v)
+				}
+			}
 			meters := map[string]*Lease{}
 			for i, l := range src.leases {
 				if i%3 == 0 {
@@ -142,45 +212,37 @@ func TestBreakTextWriterMatchesIndependentReference(t *testing.T) {
 				}
 			}
 			m.Lease("not-a-view") // a meter with no view: no series
-			w := httptest.NewRecorder()
-			m.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, Path, nil))
-			if w.Code != 200 {
-				t.Fatalf("status %d", w.Code)
-			}
-			got := w.Body.String()
+			got := exposition(t, m)
 
-			ref := prometheus.NewPedanticRegistry()
 			views := slices.Clone(src.leases)
 			slices.SortFunc(views, func(a, b LeaseView) int { return strings.Compare(a.Lease, b.Lease) })
-			ref.MustRegister(refCollector{views: views, meters: meters})
-			rf, err := ref.Gather()
+			ref.reg.MustRegister(refCollector{views: views, meters: meters})
+			fams, err := ref.reg.Gather()
 			if err != nil {
 				t.Fatal(err)
 			}
-			fams, err := m.reg.Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
-			fams = append(fams, rf...)
-			slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
-			var want bytes.Buffer
-			for _, f := range fams {
-				if _, err := expfmt.MetricFamilyToText(&want, f); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if g, wnt := stripRuntime(got), stripRuntime(want.String()); g != wnt {
+			want := encode(t, fams)
+			if g, wnt := stripRuntime(got), stripRuntime(want); g != wnt {
 				gl, wl := strings.Split(g, "\n"), strings.Split(wnt, "\n")
 				for i := range min(len(gl), len(wl)) {
 					if gl[i] != wl[i] {
-						t.Fatalf("line %d: handler %q, library %q (lines %d vs %d)", i, gl[i], wl[i], len(gl), len(wl))
+						t.Fatalf("line %d: WriteTo %q, library %q (lines %d vs %d)", i, gl[i], wl[i], len(gl), len(wl))
 					}
 				}
-				t.Fatalf("handler %d lines, library %d", len(gl), len(wl))
+				t.Fatalf("WriteTo %d lines, library %d", len(gl), len(wl))
 			}
-			p := expfmt.NewTextParser(model.UTF8Validation)
-			if _, err := p.TextToMetricFamilies(strings.NewReader(got)); err != nil {
-				t.Fatalf("parse: %v", err)
+			mfs := parse(t, got)
+			if again := encode(t, mfs); again != got {
+				t.Errorf("the library writes the exposition otherwise:\n%s\nWriteTo:\n%s", again, got)
+			}
+			if n <= 3 { // the same families; promlint takes seconds over 900 leases' series
+				problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range problems {
+					t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+				}
 			}
 			var names []string
 			for _, l := range strings.Split(got, "\n") {
@@ -317,8 +379,8 @@ func TestBreakTextWriterScrapesRaceLeaseAndForget(t *testing.T) {
 						t.Errorf("parse: %v", err)
 						return
 					}
-				} else if _, err := m.Gatherer().Gather(); err != nil {
-					t.Errorf("gather: %v", err)
+				} else if _, err := m.WriteTo(io.Discard); err != nil {
+					t.Errorf("WriteTo: %v", err)
 					return
 				}
 			}
@@ -327,4 +389,30 @@ func TestBreakTextWriterScrapesRaceLeaseAndForget(t *testing.T) {
 	scrapes.Wait()
 	close(stop)
 	churn.Wait()
+}
+
+// TestBreakTextWriterEscapesHelpAndLabels: a help text keeps its
+// double quotes and escapes a backslash and a line feed; a label value
+// escapes all three; the library's parser reads both back as they were.
+func TestBreakTextWriterEscapesHelpAndLabels(t *testing.T) {
+	var b strings.Builder
+	w := &textWriter{w: &b}
+	w.pending = family{"x_total", "a \"b\" c\\d\ne", "counter"}
+	w.sample("x_total", "", "k", "\"q\"\\\n", "l", "", 1)
+	w.pending = family{"y", "never written", "gauge"}
+	w.pending = family{}
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := "# HELP x_total a \"b\" c\\\\d\\ne\n# TYPE x_total counter\nx_total{k=\"\\\"q\\\"\\\\\\n\",l=\"\"} 1\n"
+	if b.String() != want {
+		t.Fatalf("wrote %q, want %q", b.String(), want)
+	}
+	mfs := parse(t, b.String())
+	if h, v := mfs[0].GetHelp(), mfs[0].GetMetric()[0].GetLabel()[0].GetValue(); h != "a \"b\" c\\d\ne" || v != "\"q\"\\\n" {
+		t.Errorf("read back help %q, label %q", h, v)
+	}
+	if again := encode(t, mfs); again != b.String() {
+		t.Errorf("the library writes %q", again)
+	}
 }

@@ -1,68 +1,34 @@
 package metrics
 
 import (
-	"bytes"
 	"cmp"
 	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // The leases' families are written at each scrape straight into the
-// text format, a few kilobytes at a time, rather than built as the
-// client library's data model and handed to its encoder: at a thousand
-// leases the data model cost a scrape 1.6 MB of arrays (a dto.Metric is
-// some 200 bytes, and each series has one with its value and label
-// pairs) and its encoder a third of the scrape's time, in checking and
-// escaping names that are fixed here. The registry's families (the
-// counters, the histograms, the Go runtime's and the process's) still go
-// through the client library and its encoder; Gather reads the leases'
-// text back with the library's parser, so tests and linters see one
-// exposition.
-
-// gatherer serves the registry's families and the leases'.
-type gatherer struct{ m *Metrics }
-
-func (g gatherer) Gather() ([]*dto.MetricFamily, error) {
-	fams, err := g.m.reg.Gather()
-	var b bytes.Buffer
-	w := &textWriter{w: &b}
-	g.m.writeLeases(w, nil)
-	if werr := w.flush(); werr != nil {
-		return fams, werr
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	parsed, perr := p.TextToMetricFamilies(&b)
-	if perr != nil {
-		return fams, perr
-	}
-	for _, f := range parsed {
-		fams = append(fams, f)
-	}
-	slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
-	return fams, err
-}
-
-var _ prometheus.Gatherer = gatherer{}
+// text format, a few kilobytes at a time, as the node's are
+// (families.go): at a thousand leases the client library's data model
+// cost a scrape 1.6 MB of arrays (a dto.Metric is some 200 bytes, and
+// each series has one with its value and label pairs) and its encoder a
+// third of the scrape's time, in checking and escaping names that are
+// fixed here. The tests read the text back with the library's parser and
+// hold it, byte for byte, to what the library's encoder writes of it.
 
 // leaseFamily is one family of per-lease series: its name, help and
 // type, and the series it has for a lease (none, one or one per unit).
 type leaseFamily struct {
-	name, help, typ string
-	series          func(w *textWriter, l *LeaseView, mt *Lease)
+	family
+	series func(w *textWriter, l *LeaseView, mt *Lease)
 }
 
-// The leases' families, sorted by name (writeLeases merges them with the
-// registry's, which are too). Names lists them too.
+// The leases' families, sorted by name (WriteTo merges them with the
+// node's, which are too). Names lists them too.
 var leaseFamilies = sortedFamilies([]leaseFamily{
-	{nameRole, "This node's role for the lease, always 1: leader (holds it), standby (may take it), none (drained, excluded, ineligible, disabled, or its stop failed after a loss). One series per lease, whose role label changes with the role.", "gauge",
+	{family{nameRole, "This node's role for the lease, always 1: leader (holds it), standby (may take it), none (drained, excluded, ineligible, disabled, or its stop failed after a loss). One series per lease, whose role label changes with the role.", "gauge"},
 		func(w *textWriter, l *LeaseView, _ *Lease) {
 			r := "none"
 			switch {
@@ -73,15 +39,15 @@ var leaseFamilies = sortedFamilies([]leaseFamily{
 			}
 			w.series(nameRole, l.Lease, "role", r, 1)
 		}},
-	{nameToken, "The fencing token of the tenure this node holds (UNITLEASE_TOKEN); only while it holds the lease.", "gauge",
+	{family{nameToken, "The fencing token of the tenure this node holds (UNITLEASE_TOKEN); only while it holds the lease.", "gauge"},
 		func(w *textWriter, l *LeaseView, _ *Lease) {
 			if l.Holding {
 				w.series(nameToken, l.Lease, "", "", float64(l.Token))
 			}
 		}},
-	{nameAge, "Holder: time since its last successful renewal was sent. Others: how long the lease's record has been unchanged.", "gauge",
+	{family{nameAge, "Holder: time since its last successful renewal was sent. Others: how long the lease's record has been unchanged.", "gauge"},
 		func(w *textWriter, l *LeaseView, _ *Lease) { w.series(nameAge, l.Lease, "", "", l.Age.Seconds()) }},
-	{nameDeadline, "Holder: time left before it must stop the units without a renewal; only while it holds the lease.", "gauge",
+	{family{nameDeadline, "Holder: time left before it must stop the units without a renewal; only while it holds the lease.", "gauge"},
 		func(w *textWriter, l *LeaseView, _ *Lease) {
 			if l.Holding {
 				w.series(nameDeadline, l.Lease, "", "", l.DeadlineLeft.Seconds())
@@ -89,37 +55,37 @@ var leaseFamilies = sortedFamilies([]leaseFamily{
 		}},
 	// Flags that are rarely up are there only while they are: a
 	// thousand leases' zeros would double what a scrape costs.
-	{nameStopFailed, "1, only while this node could not stop the lease's units even with SIGKILL.", "gauge",
+	{family{nameStopFailed, "1, only while this node could not stop the lease's units even with SIGKILL.", "gauge"},
 		func(w *textWriter, l *LeaseView, _ *Lease) {
 			if l.StopFailed {
 				w.series(nameStopFailed, l.Lease, "", "", 1)
 			}
 		}},
-	{nameDisabled, "1, only while an operator disabled the lease cluster-wide (unitlease disable).", "gauge",
+	{family{nameDisabled, "1, only while an operator disabled the lease cluster-wide (unitlease disable).", "gauge"},
 		func(w *textWriter, l *LeaseView, _ *Lease) {
 			if l.Disabled {
 				w.series(nameDisabled, l.Lease, "", "", 1)
 			}
 		}},
-	{nameUnit, "The units of each lease managed here; always 1.", "gauge",
+	{family{nameUnit, "The units of each lease managed here; always 1.", "gauge"},
 		func(w *textWriter, l *LeaseView, _ *Lease) {
 			for _, u := range l.Units {
 				w.series(nameUnit, l.Lease, "unit", u, 1)
 			}
 		}},
-	{nameAcquisitions, "Acquisitions of the lease by this node.", "counter",
+	{family{nameAcquisitions, "Acquisitions of the lease by this node.", "counter"},
 		func(w *textWriter, l *LeaseView, mt *Lease) {
 			if mt != nil {
 				w.series(nameAcquisitions, l.Lease, "", "", float64(mt.acquired.Load()))
 			}
 		}},
-	{nameLosses, "Tenures of the lease this node lost: held elsewhere or the key missing (lost), or no renewal within renew_deadline (renew_failed); the journal says which.", "counter",
+	{family{nameLosses, "Tenures of the lease this node lost: held elsewhere or the key missing (lost), or no renewal within renew_deadline (renew_failed); the journal says which.", "counter"},
 		func(w *textWriter, l *LeaseView, mt *Lease) {
 			if mt != nil {
 				w.series(nameLosses, l.Lease, "", "", float64(mt.lost.Load()))
 			}
 		}},
-	{nameHandoffs, "Planned handoffs of the lease (handoff, drain, failback, shutdown) this node completed: stopped, confirmed inactive, released.", "counter",
+	{family{nameHandoffs, "Planned handoffs of the lease (handoff, drain, failback, shutdown) this node completed: stopped, confirmed inactive, released.", "counter"},
 		func(w *textWriter, l *LeaseView, mt *Lease) {
 			if mt != nil {
 				w.series(nameHandoffs, l.Lease, "", "", float64(mt.handedOff.Load()))
@@ -137,8 +103,8 @@ func sortedFamilies(fs []leaseFamily) []leaseFamily {
 
 // writeLeases writes the leases' families in the text format, sorted by
 // name. Before each, it calls before with the family's name (when
-// before is not nil), for the caller to write the registry's families
-// that sort first.
+// before is not nil), for the caller to write the node's families that
+// sort first.
 func (m *Metrics) writeLeases(w *textWriter, before func(name string)) {
 	views := m.src.Leases()
 	slices.SortFunc(views, func(a, b LeaseView) int { return cmp.Compare(a.Lease, b.Lease) })
@@ -164,11 +130,11 @@ func (m *Metrics) writeLeases(w *textWriter, before func(name string)) {
 		if before != nil {
 			before(f.name)
 		}
-		w.pending = f
+		w.pending = f.family
 		for i := range views {
 			f.series(w, &views[i], meters[i])
 		}
-		w.pending = leaseFamily{}
+		w.pending = family{}
 	}
 	if !leasesDone {
 		writeCount()
@@ -182,8 +148,9 @@ func (m *Metrics) writeLeases(w *textWriter, before func(name string)) {
 type textWriter struct {
 	w       io.Writer
 	b       []byte
+	n       int64 // written to w
 	err     error
-	pending leaseFamily
+	pending family
 }
 
 const flushAt = 16 << 10
@@ -203,26 +170,36 @@ func (t *textWriter) header(name, help, typ string) {
 // series writes name{lease="lease",label="value"} v: the lease label
 // when lease is not empty, the second when label is not.
 func (t *textWriter) series(name, lease, label, value string, v float64) {
+	k := ""
+	if lease != "" {
+		k = "lease"
+	}
+	t.sample(name, "", k, lease, label, value, v)
+}
+
+// sample writes name+suffix{k1="v1",k2="v2"} v, each label whose name is
+// not empty, in this order: label names sorted, as the client library
+// writes them.
+func (t *textWriter) sample(name, suffix, k1, v1, k2, v2 string, v float64) {
 	if t.pending.name != "" {
 		t.header(t.pending.name, t.pending.help, t.pending.typ)
-		t.pending = leaseFamily{}
+		t.pending = family{}
 	}
 	t.b = append(t.b, name...)
-	if lease != "" || label != "" {
-		sep := byte('{')
-		if lease != "" {
-			t.b = append(t.b, `{lease="`...)
-			t.b = appendEscaped(t.b, lease, true)
-			t.b = append(t.b, '"')
-			sep = ','
+	t.b = append(t.b, suffix...)
+	sep := byte('{')
+	for _, l := range [2][2]string{{k1, v1}, {k2, v2}} {
+		if l[0] == "" {
+			continue
 		}
-		if label != "" {
-			t.b = append(t.b, sep)
-			t.b = append(t.b, label...)
-			t.b = append(t.b, `="`...)
-			t.b = appendEscaped(t.b, value, true)
-			t.b = append(t.b, '"')
-		}
+		t.b = append(t.b, sep)
+		t.b = append(t.b, l[0]...)
+		t.b = append(t.b, `="`...)
+		t.b = appendEscaped(t.b, l[1], true)
+		t.b = append(t.b, '"')
+		sep = ','
+	}
+	if sep == ',' {
 		t.b = append(t.b, '}')
 	}
 	t.b = append(t.b, ' ')
@@ -237,7 +214,9 @@ func (t *textWriter) series(name, lease, label, value string, v float64) {
 // after it is dropped.
 func (t *textWriter) flush() error {
 	if t.err == nil && len(t.b) > 0 {
-		_, t.err = t.w.Write(t.b)
+		var n int
+		n, t.err = t.w.Write(t.b)
+		t.n += int64(n)
 	}
 	t.b = t.b[:0]
 	return t.err

@@ -15,13 +15,10 @@ package metrics
 
 import (
 	"context"
-	"runtime"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/unitlease/unitlease/policy"
 )
@@ -112,13 +109,12 @@ var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25
 
 // Metrics is a daemon's registry.
 type Metrics struct {
-	reg *prometheus.Registry
 	src Source
 	opt Options
 
 	// By node: rare events the journal names the lease of.
-	stopFailures, kills, unitFailures, garbage, renewFailures, serverChanges prometheus.Counter
-	renewSeconds, acquireSeconds                                             prometheus.Histogram
+	stopFailures, kills, unitFailures, garbage, renewFailures, serverChanges counter
+	renewSeconds, acquireSeconds                                             *histogram
 
 	smu    sync.Mutex
 	server string // the identity of the Redis server that answered last; guarded by smu
@@ -129,6 +125,9 @@ type Metrics struct {
 	dmu       sync.Mutex
 	durable   bool      // guarded by dmu
 	durableAt time.Time // when durable was read; zero: never
+
+	proc      string        // the process's directory in /proc (process_linux.go)
+	startTime atomic.Uint64 // the process's start, as float64 bits, once read; 0: not yet
 }
 
 // New returns the registry of a daemon whose leases src shows.
@@ -139,31 +138,34 @@ func New(src Source, opt Options) *Metrics {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	return &Metrics{
+		src: src, opt: opt, leases: map[string]*Lease{}, proc: procSelf,
+		renewSeconds:   newHistogram(latencyBuckets),
+		acquireSeconds: newHistogram(latencyBuckets),
 	}
-	m := &Metrics{
-		reg: prometheus.NewRegistry(), src: src, opt: opt, leases: map[string]*Lease{},
-		stopFailures:  counter(nameStopFailures, "Tries to stop a lease's units that failed even after SIGKILL, each journalled as stop_failed; lease_stop_failed is 1 while it lasts."),
-		kills:         counter(nameKills, "Stops that needed SIGKILL inside stop_wait."),
-		unitFailures:  counter(nameUnitFailures, "Failures of a lease's units while this node held it, or of their start."),
-		garbage:       counter(nameGarbage, "Values under a lease's keys that are not records, each counted once."),
-		renewFailures: counter(nameRenewFailures, "Renewals that got no answer within reply_max, or an error."),
-		serverChanges: counter(nameServerChanges, "Answers from another Redis server than the one before (a restart, a restore, a failover)."),
-		renewSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: nameRenewSeconds,
-			Help: "Time from sending a renewal to its answer, for the renewals Redis answered.", Buckets: latencyBuckets}),
-		acquireSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: nameAcquireSecs,
-			Help: "Time from sending an acquisition to its answer, won or lost.", Buckets: latencyBuckets}),
-	}
-	m.reg.MustRegister(m.stopFailures, m.kills, m.unitFailures, m.garbage, m.renewFailures, m.serverChanges,
-		m.renewSeconds, m.acquireSeconds, scraped{m},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
 }
 
-// Gatherer is what the endpoint serves: the registry's families and the
-// leases' (leases.go).
-func (m *Metrics) Gatherer() prometheus.Gatherer { return gatherer{m} }
+// WriteTo writes what the endpoint serves, the node's families and the
+// leases', in the text format (version 0.0.4), sorted by name, as it
+// reads them (families.go). It returns the bytes written and the first
+// error of w's; what would follow that error is not written.
+func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
+	r := m.read()
+	tw := &textWriter{w: w, b: make([]byte, 0, flushAt+4<<10)}
+	i := 0
+	node := func(before string) {
+		for ; i < len(nodeFamilies) && (before == "" || nodeFamilies[i].name < before); i++ {
+			f := &nodeFamilies[i]
+			tw.pending = f.family
+			f.write(tw, m, &r)
+			tw.pending = family{}
+		}
+	}
+	m.writeLeases(tw, node)
+	node("")
+	err := tw.flush()
+	return tw.n, err
+}
 
 // Lease returns the meter of a lease's supervisor (the one it has, if it
 // has one); its counters exist, at zero, from now on, so that a rule's
@@ -257,43 +259,3 @@ func (l *Lease) Journaled(j policy.Journal, c policy.Cause) {
 
 // Garbage implements supervisor.Meter.
 func (l *Lease) Garbage() { l.m.garbage.Inc() }
-
-// scraped is the collector of what is read at each scrape.
-type scraped struct{ m *Metrics }
-
-var (
-	descRedisUp    = prometheus.NewDesc(nameRedisUp, "1 if Redis answered a PING within reply_max at this scrape.", nil, nil)
-	descDurable    = prometheus.NewDesc(nameRedisDurable, "1 if Redis can lose no write it acknowledged (appendonly yes, appendfsync always); read at most once a minute.", nil, nil)
-	descDrained    = prometheus.NewDesc(nameDrained, "1 while the node is drained (unitlease drain).", nil, nil)
-	descLeaseSpan  = prometheus.NewDesc(nameLeaseSpan, "The lease span in force on this node.", nil, nil)
-	descCrashBound = prometheus.NewDesc(nameCrashBound, "The longest a crash of a holder leaves a lease without one (lease span + 2 x poll_max + 4 x reply_max), before the unit's start.", nil, nil)
-	descBuild      = prometheus.NewDesc(nameBuild, "The daemon's version and Go version; always 1.", []string{"version", "goversion"}, nil)
-)
-
-func (scraped) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRedisUp, descDurable, descDrained, descLeaseSpan, descCrashBound, descBuild} {
-		ch <- d
-	}
-}
-
-func (c scraped) Collect(ch chan<- prometheus.Metric) {
-	m := c.m
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	// At once: each waits at most reply_max (the store bounds its
-	// requests), so a Redis that does not answer costs a scrape reply_max,
-	// not twice that.
-	ctx := context.Background()
-	var up, durable bool
-	var wg sync.WaitGroup
-	wg.Go(func() { up = m.src.RedisUp(ctx) })
-	wg.Go(func() { durable = m.redisDurable(ctx) })
-	wg.Wait()
-	gauge(descRedisUp, float64(b2i(up)))
-	gauge(descDurable, float64(b2i(durable)))
-	gauge(descDrained, float64(b2i(m.src.Drained())))
-	gauge(descLeaseSpan, m.opt.LeaseSpan.Seconds())
-	gauge(descCrashBound, m.opt.CrashBound.Seconds())
-	gauge(descBuild, 1, m.opt.Version, runtime.Version())
-}

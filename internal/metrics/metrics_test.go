@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -94,7 +97,7 @@ unitlease_unit_info{lease="lease-0001",unit="lease-0001.service"} 1
 unitlease_unit_info{lease="lease-0002",unit="lease-0002.service"} 1
 unitlease_unit_info{lease="lease-0003",unit="lease-0003.service"} 1
 `
-	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want),
+	if err := testutil.GatherAndCompare(gatherer(t, m), strings.NewReader(want),
 		nameRole, nameToken, nameDeadline, nameAge, nameDisabled, nameStopFailed, nameUnit); err != nil {
 		t.Error(err)
 	}
@@ -128,10 +131,12 @@ func TestJournalEventsCountByLease(t *testing.T) {
 		{"handoffs of b", float64(b.handedOff.Load()), 0},
 		{"losses of b (lost, missing, renew_failed)", float64(b.lost.Load()), 3},
 		{"losses of a", float64(a.lost.Load()), 0},
-		{"kills", testutil.ToFloat64(m.kills), 1},
-		{"stop failures", testutil.ToFloat64(m.stopFailures), 1},
-		{"unit failures", testutil.ToFloat64(m.unitFailures), 1},
-		{"garbage", testutil.ToFloat64(m.garbage), 1},
+		{"kills", value(t, m, nameKills), 1},
+		{"stop failures", value(t, m, nameStopFailures), 1},
+		{"unit failures", value(t, m, nameUnitFailures), 1},
+		{"garbage", value(t, m, nameGarbage), 1},
+		{"renewal failures", value(t, m, nameRenewFailures), 0},
+		{"server changes", value(t, m, nameServerChanges), 0},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
@@ -181,30 +186,97 @@ unitlease_renewal_failures_total 1
 # TYPE unitlease_redis_server_changes_total counter
 unitlease_redis_server_changes_total 2
 `
-	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want), nameRenewSeconds, nameRenewFailures, nameServerChanges); err != nil {
+	if err := testutil.GatherAndCompare(gatherer(t, m), strings.NewReader(want), nameRenewSeconds, nameRenewFailures, nameServerChanges); err != nil {
 		t.Error(err)
 	}
-	if got := testutil.CollectAndCount(m.acquireSeconds); got != 1 {
-		t.Errorf("acquisition histogram: %d series", got)
+	if got, err := testutil.GatherAndCount(gatherer(t, m), nameAcquireSecs); err != nil || got != 1 {
+		t.Errorf("acquisition histogram: %d series (%v)", got, err)
 	}
 	if n := histCount(t, m, nameAcquireSecs); n != 1 {
 		t.Errorf("acquisitions observed = %d, want 1 (the unknown one got no answer)", n)
+	}
+	if h := familyOf(t, m, nameAcquireSecs).GetMetric()[0].GetHistogram(); h.GetSampleSum() != 0.001 || h.GetBucket()[1].GetCumulativeCount() != 1 || h.GetBucket()[0].GetCumulativeCount() != 0 {
+		t.Errorf("acquisition histogram: %v, want 1 ms in le=0.001", h)
 	}
 }
 
 func histCount(t *testing.T, m *Metrics, name string) uint64 {
 	t.Helper()
-	mfs, err := m.Gatherer().Gather()
+	return familyOf(t, m, name).GetMetric()[0].GetHistogram().GetSampleCount()
+}
+
+// exposition is what m writes, which must parse.
+func exposition(t testing.TB, m *Metrics) string {
+	t.Helper()
+	var b strings.Builder
+	n, err := m.WriteTo(&b)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n != int64(b.Len()) {
+		t.Errorf("WriteTo returned %d, wrote %d bytes", n, b.Len())
+	}
+	return b.String()
+}
+
+// parse reads an exposition with the client library's parser, its
+// families sorted by name, as a registry gathers them.
+func parse(t testing.TB, text string) []*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	byName, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("the exposition does not parse: %v\n%s", err, text)
+	}
+	var mfs []*dto.MetricFamily
+	for _, mf := range byName {
+		mfs = append(mfs, mf)
+	}
+	slices.SortFunc(mfs, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return mfs
+}
+
+// encode writes families with the client library's encoder.
+func encode(t testing.TB, mfs []*dto.MetricFamily) string {
+	t.Helper()
+	var b bytes.Buffer
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
 		}
 	}
-	t.Fatalf("%s not gathered", name)
-	return 0
+	return b.String()
+}
+
+// gatherer gathers m's exposition, parsed, for the client library's
+// test helpers.
+func gatherer(t testing.TB, m *Metrics) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return parse(t, exposition(t, m)), nil })
+}
+
+// familyOf is one family of m's exposition.
+func familyOf(t testing.TB, m *Metrics, name string) *dto.MetricFamily {
+	t.Helper()
+	for _, mf := range parse(t, exposition(t, m)) {
+		if mf.GetName() == name {
+			return mf
+		}
+	}
+	t.Fatalf("%s not in the exposition", name)
+	return nil
+}
+
+// value is the value of the one series of a counter or gauge family.
+func value(t testing.TB, m *Metrics, name string) float64 {
+	t.Helper()
+	mf := familyOf(t, m, name)
+	if len(mf.GetMetric()) != 1 {
+		t.Fatalf("%s has %d series", name, len(mf.GetMetric()))
+	}
+	if mf.GetType() == dto.MetricType_COUNTER {
+		return mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	return mf.GetMetric()[0].GetGauge().GetValue()
 }
 
 // TestForgetRemovesTheLeasesSeries: a lease no longer managed leaves no
@@ -262,10 +334,7 @@ func TestEveryNameIsExportedAndLintClean(t *testing.T) {
 	l := m.Lease("lease-0001")
 	l.Answered(policy.Renew, policy.Event{Kind: policy.RenewOK}, time.Millisecond)
 	l.Answered(policy.Acquire, policy.Event{Kind: policy.AcquireOK}, time.Millisecond)
-	mfs, err := m.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mfs := parse(t, exposition(t, m))
 	var got []string
 	for _, mf := range mfs {
 		if strings.HasPrefix(mf.GetName(), nsPrefix) {
@@ -308,6 +377,9 @@ func TestHandlerServesTheTextFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if ct, want := resp.Header.Get("Content-Type"), string(expfmt.NewFormat(expfmt.TypeTextPlain)); ct != want {
+		t.Errorf("Content-Type %q, the library's %q", ct, want)
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
@@ -318,19 +390,11 @@ func TestHandlerServesTheTextFormat(t *testing.T) {
 	}
 }
 
+// scrape is m's exposition, read back and written again by the client
+// library.
 func scrape(t testing.TB, m *Metrics) string {
 	t.Helper()
-	mfs, err := m.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
+	return encode(t, parse(t, exposition(t, m)))
 }
 
 func grep(s, sub string) string {
@@ -381,10 +445,11 @@ func BenchmarkScrape(b *testing.B) {
 }
 
 // TestHandlerWritesWhatTheLibraryWould: the scrape the handler writes
-// itself is, byte for byte, what the client library's encoder writes for
-// the same families, read back with its parser: sorted, each family
-// once, escaped, floats as the library formats them; with names that
-// need escaping, a stop failed, a lease disabled and one with two units.
+// is, byte for byte, what the client library's encoder writes of it once
+// its parser read it back: sorted, each family once, escaped, floats as
+// the library formats them; with names that need escaping, a stop
+// failed, a lease disabled and one with two units, the histograms
+// observed and the node's counters moved.
 func TestHandlerWritesWhatTheLibraryWould(t *testing.T) {
 	src := &fakeSource{leases: leases(4), up: true}
 	src.leases[1].Lease = `odd\lease "x"`
@@ -393,38 +458,21 @@ func TestHandlerWritesWhatTheLibraryWould(t *testing.T) {
 	src.leases[0].Token, src.leases[0].Age = 1<<53+1, 1234567*time.Microsecond
 	m := newTest(t, src)
 	m.Lease("lease-0001").Journaled(policy.JournalAcquired, policy.CauseNone)
+	m.Lease("lease-0001").Journaled(policy.JournalKilled, policy.CauseHandoff)
+	m.Lease("lease-0001").Answered(policy.Renew, policy.Event{Kind: policy.RenewOK}, 3*time.Millisecond)
+	m.Lease("lease-0001").Answered(policy.Acquire, policy.Event{Kind: policy.AcquireOK}, 7*time.Second)
 	m.Lease(src.leases[1].Lease)
 	w := httptest.NewRecorder()
 	m.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, Path, nil))
 	if w.Code != 200 {
 		t.Fatalf("status %d", w.Code)
 	}
-	if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+	if ct := w.Header().Get("Content-Type"); ct != string(expfmt.NewFormat(expfmt.TypeTextPlain)) {
 		t.Errorf("Content-Type %q", ct)
 	}
-	mfs, err := m.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&want, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
 	got := w.Body.String()
-	// The runtime's and the process's figures move between two reads.
-	strip := func(s string) string {
-		var keep []string
-		for _, l := range strings.Split(s, "\n") {
-			if !strings.Contains(l, "go_") && !strings.Contains(l, "process_") {
-				keep = append(keep, l)
-			}
-		}
-		return strings.Join(keep, "\n")
-	}
-	if strip(got) != strip(want.String()) {
-		t.Errorf("the handler wrote\n%s\nthe library would write\n%s", strip(got), strip(want.String()))
+	if want := encode(t, parse(t, got)); got != want {
+		t.Errorf("the handler wrote\n%s\nthe library would write\n%s", got, want)
 	}
 	for _, s := range []string{
 		`unitlease_unit_info{lease="odd\\lease \"x\"",unit="a\\x2db.service"} 1`,
@@ -435,6 +483,15 @@ func TestHandlerWritesWhatTheLibraryWould(t *testing.T) {
 		`unitlease_lease_disabled{lease="lease-0004"} 1`,
 		`unitlease_acquisitions_total{lease="lease-0001"} 1`,
 		"unitlease_leases 4",
+		"unitlease_kills_total 1",
+		`unitlease_renewal_duration_seconds_bucket{le="0.0025"} 0`,
+		`unitlease_renewal_duration_seconds_bucket{le="0.005"} 1`,
+		"unitlease_renewal_duration_seconds_sum 0.003",
+		`unitlease_acquisition_duration_seconds_bucket{le="2.5"} 0`,
+		`unitlease_acquisition_duration_seconds_bucket{le="+Inf"} 1`,
+		"unitlease_acquisition_duration_seconds_count 1",
+		`unitlease_build_info{goversion="` + runtime.Version() + `",version="1.2.3"} 1`,
+		`go_info{version="` + runtime.Version() + `"} 1`,
 	} {
 		if !strings.Contains(got, s+"\n") {
 			t.Errorf("no line %s", s)

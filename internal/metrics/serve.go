@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
 )
 
 // Path is where the metrics are served.
@@ -25,10 +23,10 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// Handler serves m's registry and the leases' series at Path, a line
-// pointing there at /, and 404 elsewhere. At most two scrapes run at
-// once; a third gets 503, as the client library's handler does it. A
-// scrape is in the text format (version 0.0.4, which every Prometheus
+// Handler serves m's series (WriteTo) at Path, a line pointing there
+// at /, and 404 elsewhere. At most two scrapes run at once; a third gets
+// 503, as the client library's handler does it. A scrape is in the text
+// format (version 0.0.4, which every Prometheus
 // reads) whatever the scraper offers, and written as it is encoded, 16
 // KB at a time, not buffered whole: what bounds it is that Redis's two
 // answers come within reply_max, and Serve's write timeout. It does not
@@ -46,8 +44,9 @@ func (m *Metrics) Handler() http.Handler {
 	return mux
 }
 
-// textFormat is the Content-Type of a scrape.
-var textFormat = string(expfmt.NewFormat(expfmt.TypeTextPlain))
+// textFormat is the Content-Type of a scrape, as the client library's
+// handler writes it for the text format.
+const textFormat = "text/plain; version=0.0.4; charset=utf-8"
 
 type scrapeHandler struct {
 	m        *Metrics
@@ -62,22 +61,8 @@ func (h *scrapeHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "unitlease: two scrapes are running already", http.StatusServiceUnavailable)
 		return
 	}
-	// What the registry gathered is served even if a collector failed
-	// (none of this package's can).
-	fams, _ := h.m.reg.Gather()
 	w.Header().Set("Content-Type", textFormat)
-	tw := &textWriter{w: w, b: make([]byte, 0, flushAt+4<<10)}
-	i := 0
-	registry := func(before string) {
-		for ; i < len(fams) && (before == "" || fams[i].GetName() < before); i++ {
-			if tw.flush() == nil {
-				_, tw.err = expfmt.MetricFamilyToText(w, fams[i])
-			}
-		}
-	}
-	h.m.writeLeases(tw, registry)
-	registry("")
-	_ = tw.flush() // a scraper gone is no error of the daemon's
+	_, _ = h.m.WriteTo(w) // a scraper gone is no error of the daemon's
 }
 
 // Serve serves h on l, in plain HTTP, until ctx ends; a response that
