@@ -99,6 +99,21 @@ type nodeFamily struct {
 	write func(w *textWriter, m *Metrics, r *reading)
 }
 
+// procStats are the process's figures a scrape serves; the ones not read
+// are not served, and the scrape goes on. Only Linux reads them.
+type procStats struct {
+	cpuSeconds, rss, vsize float64
+	statOK                 bool
+	startTime              float64
+	startTimeOK            bool
+	openFDs                float64
+	openFDsOK              bool
+	maxFDs                 float64
+	maxFDsOK               bool
+	maxVsize               float64
+	maxVsizeOK             bool
+}
+
 // reading is what a scrape reads at its start, besides the leases.
 type reading struct {
 	redisUp, redisDurable, drained bool

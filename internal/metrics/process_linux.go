@@ -18,21 +18,6 @@ const procSelf = "/proc/self"
 // architecture Linux has), as the client library's procfs takes it.
 const userHZ = 100
 
-// procStats are the process's figures a scrape serves; the ones not read
-// are not served, and the scrape goes on.
-type procStats struct {
-	cpuSeconds, rss, vsize float64
-	statOK                 bool
-	startTime              float64
-	startTimeOK            bool
-	openFDs                float64
-	openFDsOK              bool
-	maxFDs                 float64
-	maxFDsOK               bool
-	maxVsize               float64
-	maxVsizeOK             bool
-}
-
 func (m *Metrics) readProc() procStats {
 	var p procStats
 	if st, err := readStat(m.proc + "/stat"); err == nil {
