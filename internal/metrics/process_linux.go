@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // procSelf is the process's directory: its stat file and its fd
@@ -31,6 +32,13 @@ func (m *Metrics) readProc() procStats {
 			p.startTime, p.startTimeOK = math.Float64frombits(bits), true
 		} else if boot, err := bootTime(); err == nil {
 			p.startTime, p.startTimeOK = boot+float64(st.starttime)/userHZ, true
+			m.startTime.Store(math.Float64bits(p.startTime))
+		} else {
+			// /proc/stat is hidden where the daemon runs with
+			// ProcSubset=pid, as its unit does: the start is then
+			// when the process began to run Go code, milliseconds
+			// after its exec.
+			p.startTime, p.startTimeOK = unixSeconds(started), true
 			m.startTime.Store(math.Float64bits(p.startTime))
 		}
 	}
@@ -92,10 +100,18 @@ func readStat(path string) (stat, error) {
 	return st, nil
 }
 
+// started is when the process's Go code began to run.
+var started = time.Now()
+
+// procStat is the kernel's statistics file, which holds the boot time.
+var procStat = "/proc/stat"
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
 // bootTime is the btime line of /proc/stat: the boot, in seconds since
 // the epoch.
 func bootTime() (float64, error) {
-	b, err := os.ReadFile("/proc/stat")
+	b, err := os.ReadFile(procStat)
 	if err != nil {
 		return 0, err
 	}

@@ -233,3 +233,38 @@ func TestBinaryLinksNoClientLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestStartTimeWithoutProcStat: where /proc/stat is hidden (the daemon's
+// unit has ProcSubset=pid), the process's start is still served: when its
+// Go code began to run. Where it can be read, the boot time in it and
+// the stat's start are.
+func TestStartTimeWithoutProcStat(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the process's series are read from /proc")
+	}
+	dir := t.TempDir()
+	stat := "1 (x) S 1 2 3 4 5 6 7 8 9 10 250 150 14 15 16 17 18 19 200 4096 3 22 23"
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kstat"), []byte("cpu  1 2 3\nbtime 1700000000\nprocesses 9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func(p string) { procStat = p }(procStat)
+	for _, c := range []struct {
+		what, kstat string
+		want        float64
+	}{
+		{"hidden", filepath.Join(dir, "none"), unixSeconds(started)},
+		{"readable", filepath.Join(dir, "kstat"), 1700000000 + 200.0/userHZ},
+	} {
+		procStat = c.kstat
+		m := newTest(t, &fakeSource{up: true})
+		m.proc = dir
+		for range 2 { // the second scrape serves what the first read
+			if got := value(t, m, "process_start_time_seconds"); got != c.want {
+				t.Errorf("%s: process_start_time_seconds = %v, want %v", c.what, got, c.want)
+			}
+		}
+	}
+}
