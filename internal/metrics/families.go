@@ -210,6 +210,20 @@ func sourced(name string) string {
 // gcQuantiles are go_gc_duration_seconds's, as the client library has them.
 var gcQuantiles = []string{"0", "0.25", "0.5", "0.75", "1"}
 
+// started is when the process's Go code began to run.
+var started = time.Now()
+
+// procStat is the kernel's statistics file, which holds the boot time
+// (read on Linux only).
+var procStat = "/proc/stat"
+
+// userHZ is the unit of the CPU times in /proc (USER_HZ, 100 on every
+// architecture Linux has), as the client library's procfs takes it.
+const userHZ = 100
+
+// unixSeconds is t in seconds since the epoch.
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
 func count(c func(m *Metrics) *counter) func(*Metrics, *reading) (float64, bool) {
 	return func(m *Metrics, _ *reading) (float64, bool) { return float64(c(m).Load()), true }
 }
@@ -285,7 +299,7 @@ var nodeFamilies = sortedNodeFamilies([]nodeFamily{
 	{family: family{"go_memstats_heap_objects", "Number of currently allocated objects. Equals to /gc/heap/objects:objects.", "gauge"},
 		value: rt(rtHeapObjects)},
 	{family: family{"go_memstats_last_gc_time_seconds", "Number of seconds since 1970 of last garbage collection.", "gauge"},
-		value: func(_ *Metrics, r *reading) (float64, bool) { return float64(r.gc.LastGC.UnixNano()) / 1e9, true }},
+		value: func(_ *Metrics, r *reading) (float64, bool) { return unixSeconds(r.gc.LastGC), true }},
 	{family: family{"go_memstats_next_gc_bytes", "Number of heap bytes when next garbage collection will take place. Equals to /gc/heap/goal:bytes.", "gauge"},
 		value: rt(rtHeapGoal)},
 	{family: family{"go_memstats_stack_inuse_bytes", "Number of bytes obtained from system for stack allocator in non-CGO environments. Equals to /memory/classes/heap/stacks:bytes.", "gauge"},

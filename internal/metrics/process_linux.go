@@ -8,16 +8,11 @@ import (
 	"os"
 	"strconv"
 	"syscall"
-	"time"
 )
 
 // procSelf is the process's directory: its stat file and its fd
 // directory are read at each scrape.
 const procSelf = "/proc/self"
-
-// userHZ is the unit of the CPU times in /proc (USER_HZ, 100 on every
-// architecture Linux has), as the client library's procfs takes it.
-const userHZ = 100
 
 func (m *Metrics) readProc() procStats {
 	var p procStats
@@ -99,14 +94,6 @@ func readStat(path string) (stat, error) {
 	}
 	return st, nil
 }
-
-// started is when the process's Go code began to run.
-var started = time.Now()
-
-// procStat is the kernel's statistics file, which holds the boot time.
-var procStat = "/proc/stat"
-
-func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // bootTime is the btime line of /proc/stat: the boot, in seconds since
 // the epoch.
