@@ -703,12 +703,17 @@ func TestBreakLaunchParentAlreadyCancelled(t *testing.T) {
 	})
 }
 
-// TestBreakLaunchEndBeforeTheFirstStep: end right after Launch, before
-// the first step's timer fired: no step at all, not even the startup
-// stop, and Done is closed.
+// TestBreakLaunchEndRightAfterLaunch: end right after Launch. Launch
+// took the first step before it returned, so the startup stop is under
+// way (stops are never abandoned) and nothing else happens: no
+// acquisition, no start, and Done is closed.
 //
-// Held.
-func TestBreakLaunchEndBeforeTheFirstStep(t *testing.T) {
+// The test once ended "before the first step's timer fired", which the
+// old Launch could not promise: its first step ran on the goroutine of a
+// timer firing at once, which another processor could run before end
+// (CI saw 1 stop where it wanted none). The first step is now taken on
+// Launch's caller, and the stop counted here is always there.
+func TestBreakLaunchEndRightAfterLaunch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &blGatedStore{fakeStore: &fakeStore{t: t, noRelease: true}}
 		units := &fakeUnits{}
@@ -720,8 +725,44 @@ func TestBreakLaunchEndBeforeTheFirstStep(t *testing.T) {
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if _, starts, stops := units.state(); starts != 0 || stops != 0 || store.acquires.Load() != 0 {
-			t.Fatalf("ended before the first step: %d starts, %d stops, %d acquisitions", starts, stops, store.acquires.Load())
+		if _, starts, stops := units.state(); starts != 0 || stops != 1 || store.acquires.Load() != 0 {
+			t.Fatalf("ended right after Launch: %d starts, %d stops, %d acquisitions; want 0, 1, 0", starts, stops, store.acquires.Load())
+		}
+	})
+}
+
+// TestBreakLaunchQueuesTheStartupStopBeforeItReturns: Launch takes the
+// first step on its caller's goroutine: the startup stop is in the
+// line when Launch returns, with no goroutine of the supervisor's made
+// for it (a daemon launching thousands of leases in one pass made a
+// goroutine each, and the runtime keeps every descriptor it made). The
+// line is read before anything else in the bubble can run.
+//
+// Failed before the first step was taken in Launch: the stop reached
+// the line only once the timer's goroutine ran, after Launch returned.
+func TestBreakLaunchQueuesTheStartupStopBeforeItReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &bsqUnits{}
+		s := demoSupervisor(t, []string{"demo.service"}, &fakeStore{t: t, noRelease: true}, u, bsqQuiet())
+		u.set(func(u *bsqUnits) { u.launching = true })
+		end := s.Launch(context.WithoutCancel(t.Context()))
+		u.set(func(u *bsqUnits) { u.launching = false })
+		defer end()
+		u.mu.Lock()
+		during := u.queuedInLaunch
+		u.mu.Unlock()
+		if during != 1 {
+			t.Fatalf("%d startup stops reached the line while Launch ran; want 1", during)
+		}
+		synctest.Wait()
+		if waiting, queued, stops, _, _ := u.counts(); waiting != 1 || queued != 1 || stops != 0 {
+			t.Fatalf("after Launch: %d waiting, %d StopQueued, %d Stop calls; want 1, 1, 0", waiting, queued, stops)
+		}
+		u.next(t, nil)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if st := s.Status(); st.Role != "leader" || !st.Holding {
+			t.Fatalf("not leading after the startup stop: %+v", st)
 		}
 	})
 }

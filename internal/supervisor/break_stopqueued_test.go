@@ -25,15 +25,19 @@ import (
 // fails (systemd took the stop, processes are left) while takenFail > 0;
 // else calls queued and stops the unit.
 type bsqUnits struct {
-	mu        sync.Mutex
-	running   bool
-	starts    int
-	line      []func(bool, error)
-	queued    int // StopQueued calls
-	stops     int // Stop calls
-	gate      chan struct{}
-	untaken   int
-	takenFail int
+	mu      sync.Mutex
+	running bool
+	starts  int
+	line    []func(bool, error)
+	queued  int // StopQueued calls
+	// launching is set by a test around Launch; queuedInLaunch counts
+	// the StopQueued calls made while it was set.
+	launching      bool
+	queuedInLaunch int
+	stops          int // Stop calls
+	gate           chan struct{}
+	untaken        int
+	takenFail      int
 }
 
 func (u *bsqUnits) StartOrder(_ context.Context, units []string) ([]string, error) {
@@ -80,6 +84,9 @@ func (u *bsqUnits) StopQueued(_ context.Context, _ string, done func(bool, error
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.queued++
+	if u.launching {
+		u.queuedInLaunch++
+	}
 	u.line = append(u.line, done)
 }
 

@@ -15,6 +15,7 @@ package supervisor
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -185,10 +186,12 @@ func New(lease string, units []string, node string, m policy.Machine, store Reco
 	return s
 }
 
-// Start arms the timer for the first step at once (it runs on the
-// timer's goroutine) and steps the machine on every event until ctx
+// Start takes the first step (the startup's stop of the units) on the
+// caller's goroutine, and steps the machine on every event until ctx
 // ends; events before Start are dropped (the first step stops the units
-// and observes whatever is there anyway). It returns at once;
+// and observes whatever is there anyway). It returns once the first
+// step has put its stop in systemd's line or on a goroutine of its own,
+// never waiting for the stop (see launch);
 // Done is closed once ctx ended and the step under way, if any, is over.
 // Actions under way then finish on their own, and their results are
 // dropped. Call Shutdown first for a clean handover.
@@ -220,10 +223,43 @@ func (s *Supervisor) Launch(parent context.Context) (end func()) {
 // with ctx's values and deadline; whoever ends ctx calls s.end.
 func (s *Supervisor) begin(ctx context.Context) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.life.parent, s.life.values = ctx, context.WithoutCancel(ctx)
 	s.ctx, s.started = &s.life, true
-	s.timer = time.AfterFunc(0, s.tick)
+	s.timer = time.AfterFunc(math.MaxInt64, s.tick) // the first step sets it
+	s.mu.Unlock()
+	s.launch()
+}
+
+// launch takes the first step, and the eligibility set before it, on
+// the caller's goroutine. A timer firing at once gave each its own
+// goroutine: a daemon that launches thousands of supervisors in one
+// pass had over two thousand running together, and the runtime keeps
+// every goroutine descriptor it ever made (a megabyte at 5,000 leases,
+// for the process's life). The first step asks for the startup's stop,
+// which carry puts in systemd's line, or on a goroutine of its own, and
+// returns: a step in line never waits for systemd. Any other first
+// action (a store request, which may wait for Redis) is carried out on
+// a goroutine of its own, as the timer's would have been.
+func (s *Supervisor) launch() {
+	if s.eligibility.Swap(false) {
+		s.stepInLine(policy.Event{Kind: policy.Eligible})
+	}
+	s.stepInLine(policy.Event{Kind: policy.Tick})
+}
+
+// stepInLine steps ev and carries out what it asks without waiting on
+// this goroutine for anything but the step itself.
+func (s *Supervisor) stepInLine(ev policy.Event) {
+	var out policy.Output
+	if !s.step(ev, &out) || out.Len() == 0 {
+		return
+	}
+	if k := out.At(0).Kind; k == policy.StartUnit || k == policy.StopUnit {
+		s.carry(&out) // a unit's job waits in a line or on its own goroutine
+		return
+	}
+	o := out
+	go s.carry(&o)
 }
 
 // Done is closed once the supervisor took its last step.
