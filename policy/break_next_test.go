@@ -27,6 +27,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unique"
 )
 
 type nwKind uint8
@@ -160,7 +161,7 @@ func (w *nextWorld) boot(n *nwNode) {
 	if err != nil {
 		w.fail("New: %v", err)
 	}
-	m.t = w.tm
+	m.t = unique.Make(w.tm)
 	n.m, n.up = m, true
 	n.dgen++
 	n.wakeAt = Never

@@ -12,7 +12,7 @@ func (m *Machine) leading() bool {
 // deadline is when a leader without a successful renewal begins to stop:
 // retry + renew_deadline after the send of the last one that succeeded.
 func (m *Machine) deadline() Instant {
-	return m.anchor.Add(m.t.Retry + m.t.RenewDeadline)
+	return m.anchor.Add(m.t.Value().Retry + m.t.Value().RenewDeadline)
 }
 
 // renewing reports whether the node keeps renewing: while it may hold the
@@ -29,12 +29,12 @@ func (m *Machine) renewing() bool {
 // wait is over.
 func (m *Machine) renewDue() Instant {
 	if m.attempts > 0 {
-		return m.tried.Add(m.t.ReplyMax)
+		return m.tried.Add(m.t.Value().ReplyMax)
 	}
 	if m.blocked && !m.blockShown {
 		return m.anchor // a failed stop is written at once
 	}
-	due := onGrid(m.anchor.Add(m.t.Retry), m.grid)
+	due := onGrid(m.anchor.Add(m.t.Value().Retry), m.grid)
 	if m.state == Confirming {
 		due = min(due, m.confirmAt)
 	}
@@ -83,7 +83,7 @@ func (m *Machine) renewed(r Record) {
 	case m.state == Confirming && moved:
 		// Another server: what the node confirmed so far may be an
 		// older state's. Confirm afresh, for a lease span, from here.
-		m.confirmAt = m.now.Add(m.t.LeaseSpan)
+		m.confirmAt = m.now.Add(m.t.Value().LeaseSpan)
 	case m.state == Confirming && m.reqAt >= m.confirmAt:
 		m.state = Starting
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"time"
+	"unique"
 )
 
 // Config configures a Machine.
@@ -61,42 +62,17 @@ type Config struct {
 // acknowledged write other than by dropping the key (rule 7)
 // are outside the bound too.
 type Machine struct {
-	t     Timing
+	// t is shared by every machine of the same timing: a daemon's
+	// thousands of leases keep one copy, not 64 bytes each.
+	t     unique.Handle[Timing]
 	grid  Instant // Config.RenewGrid
 	state State
 	cause Cause
-	now   Instant // the latest instant seen; Step never goes back
-	rng   uint64
-
 	req   ActionKind // the outstanding store request, or 0
-	reqAt Instant    // when it was sent
 	job   ActionKind // the outstanding unit job, or 0
-
-	seen   Record  // the value being aged
-	seenAt Instant // when seen was first received: its age's origin
-	// server is the identity of the Redis server that gave the last
-	// answer with one (Record.Server), "" before any.
-	server string
-	top    uint64 // the highest version of this lease's own record seen
-	// writerSpan is the lease span of the last record seen present.
-	writerSpan time.Duration
-	lastSent   Instant // when the last successful observation was sent
-	pollAt     Instant
-
-	held     Record  // this node's record as last written
-	token    uint64  // the version of the acquisition that began this tenure (Action.Token)
-	anchor   Instant // send of the last successful acquire or renewal (rule 1)
-	attempts int     // renewals failed since anchor
-	tried    Instant // send of the last failed renewal
-
-	node  string
-	delay time.Duration // Defer: how much longer the standby waits
-	next  string        // the node a planned handoff under way offers the lease to
-
-	confirmAt Instant // Confirming: start after a renewal sent from here on
-	until     Instant // Backoff: its end; StopFailed: the next stop attempt
-
-	// The flags, together (the machine is copied into every supervisor).
+	// The flags, together and next to the four small fields above: the
+	// machine is copied into every supervisor, and they fill one word
+	// between them.
 
 	haveSeen bool // false after a reset: the next value starts a new age
 	// witnessed: the node saw seen replace an earlier value under that
@@ -121,8 +97,35 @@ type Machine struct {
 	// though the units are confirmed inactive.
 	marked bool
 
-	ineligible bool // this node must not run the unit: it never acquires
-	withdrawn  bool // Withdraw: the node does not compete for the lease
+	ineligible bool    // this node must not run the unit: it never acquires
+	withdrawn  bool    // Withdraw: the node does not compete for the lease
+	now        Instant // the latest instant seen; Step never goes back
+	rng        uint64
+	reqAt      Instant // when the outstanding store request was sent
+
+	seen   Record  // the value being aged
+	seenAt Instant // when seen was first received: its age's origin
+	// server is the identity of the Redis server that gave the last
+	// answer with one (Record.Server), "" before any.
+	server string
+	top    uint64 // the highest version of this lease's own record seen
+	// writerSpan is the lease span of the last record seen present.
+	writerSpan time.Duration
+	lastSent   Instant // when the last successful observation was sent
+	pollAt     Instant
+
+	held     Record  // this node's record as last written
+	token    uint64  // the version of the acquisition that began this tenure (Action.Token)
+	anchor   Instant // send of the last successful acquire or renewal (rule 1)
+	attempts int     // renewals failed since anchor
+	tried    Instant // send of the last failed renewal
+
+	node  string
+	delay time.Duration // Defer: how much longer the standby waits
+	next  string        // the node a planned handoff under way offers the lease to
+
+	confirmAt Instant // Confirming: start after a renewal sent from here on
+	until     Instant // Backoff: its end; StopFailed: the next stop attempt
 }
 
 // New returns a node's machine in Stopping: its first Step (a Tick) asks
@@ -135,7 +138,7 @@ func New(c Config) (Machine, error) {
 	if c.RenewGrid < 0 || c.RenewGrid > t.Retry {
 		return Machine{}, fmt.Errorf("policy: renew grid %v must be between 0 and retry (%v)", c.RenewGrid, t.Retry)
 	}
-	return Machine{t: t, grid: Instant(c.RenewGrid), state: Stopping, cause: CauseStartup, rng: c.Seed, identified: c.Identified,
+	return Machine{t: unique.Make(t), grid: Instant(c.RenewGrid), state: Stopping, cause: CauseStartup, rng: c.Seed, identified: c.Identified,
 		node: c.Node, withdrawn: c.Withdrawn, ineligible: c.Ineligible}, nil
 }
 
@@ -293,7 +296,7 @@ func (m *Machine) answer(k ActionKind) bool {
 }
 
 // late reports whether the answer to the request came after reply_max.
-func (m *Machine) late() bool { return m.now.Sub(m.reqAt) > m.t.ReplyMax }
+func (m *Machine) late() bool { return m.now.Sub(m.reqAt) > m.t.Value().ReplyMax }
 
 // State is the control state.
 func (m Machine) State() State { return m.state }
@@ -310,7 +313,7 @@ func (m Machine) Ineligible() bool { return m.ineligible }
 func (m Machine) Cause() Cause { return m.cause }
 
 // Timing is the timing in force, its lease span resolved.
-func (m Machine) Timing() Timing { return m.t }
+func (m Machine) Timing() Timing { return m.t.Value() }
 
 // Held returns this node's record as last written, and whether the node
 // may still hold it (it renews and will release it).

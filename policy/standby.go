@@ -29,7 +29,7 @@ func (m *Machine) observed(r Record, o *Output) {
 // value, whatever this node saw of it). The age starts at the reply's
 // receipt, which is after the value was written.
 func (m *Machine) see(r Record, moved bool) {
-	gap := m.now.Sub(m.lastSent) > m.t.observeGap()
+	gap := m.now.Sub(m.lastSent) > m.t.Value().observeGap()
 	// A version below one seen before is an older state brought back (a
 	// backup written into the running server keeps its identity): a
 	// release it shows is not witnessed. It is aged like any value (the
@@ -85,7 +85,7 @@ func (m *Machine) mayAcquire() bool {
 	if m.state != Standby {
 		return false
 	}
-	wait := max(m.t.LeaseSpan, m.writerSpan)
+	wait := max(m.t.Value().LeaseSpan, m.writerSpan)
 	if witnessedRelease && m.seen.Next == "" {
 		wait = 0
 	}
@@ -158,9 +158,9 @@ func (m *Machine) acquired(r Record, o *Output) {
 		// node aged: an older state brought back, perhaps, whose
 		// holder's successor still runs its unit until its own deadline.
 		// Hold, and start only after a lease span of renewals.
-		m.state, m.confirmAt = Confirming, m.now.Add(m.t.LeaseSpan)
+		m.state, m.confirmAt = Confirming, m.now.Add(m.t.Value().LeaseSpan)
 	case !m.seen.Present || m.seen.Other != nil || r.Fresh:
-		m.state, m.confirmAt = Confirming, m.now.Add(m.t.confirmWait())
+		m.state, m.confirmAt = Confirming, m.now.Add(m.t.Value().confirmWait())
 	}
 	switch { // sent before the node became ineligible or withdrew: give it back
 	case m.ineligible:
@@ -191,6 +191,6 @@ func (m *Machine) pollDelay() time.Duration {
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	z ^= z >> 31
-	span := uint64(m.t.PollMax-m.t.PollMin) + 1
-	return m.t.PollMin + time.Duration(z%span)
+	span := uint64(m.t.Value().PollMax-m.t.Value().PollMin) + 1
+	return m.t.Value().PollMin + time.Duration(z%span)
 }

@@ -31,7 +31,7 @@ func (m *Machine) unitStopFailed(o *Output) {
 	}
 	m.job = 0
 	o.note(JournalStopFailed)
-	m.state, m.until = StopFailed, m.now.Add(m.t.StopWait)
+	m.state, m.until = StopFailed, m.now.Add(m.t.Value().StopWait)
 	m.blocked = m.holding
 }
 
@@ -51,7 +51,7 @@ func (m *Machine) releaseDone(e Event, o *Output) {
 		m.held, m.until = e.Record, m.now
 		return
 	case k == ReleaseFailed && m.marked:
-		m.until = m.now.Add(m.t.ReplyMax)
+		m.until = m.now.Add(m.t.Value().ReplyMax)
 		return
 	}
 	m.leave()
@@ -63,7 +63,7 @@ func (m *Machine) leave() {
 	m.holding, m.next, m.marked = false, "", false
 	m.forget()
 	if m.cause.backsOff() {
-		m.state, m.until = Backoff, m.now.Add(m.t.backoff())
+		m.state, m.until = Backoff, m.now.Add(m.t.Value().backoff())
 	}
 }
 

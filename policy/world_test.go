@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unique"
 )
 
 // A world of two nodes, a lease store and each node's unit, on one true
@@ -120,7 +121,7 @@ func newWorld(tm Timing, grids []time.Duration, c chooser, fail func(string, ...
 		if err != nil {
 			fail("New: %v", err)
 		}
-		m.t = tm // the lease span as given, even an unsafe one (see TestWorldFindsUnsafeTiming)
+		m.t = unique.Make(tm) // the lease span as given, even an unsafe one (see TestWorldFindsUnsafeTiming)
 		w.nodes[i] = &simNode{
 			id: i, name: name, m: m,
 			ppm:    int64(c.draw(-DriftPPM, DriftPPM, "ppm")),

@@ -452,9 +452,7 @@ func (d *Daemon) add(ctx context.Context, lease string, units []string, ineligib
 	us := d.units
 	d.mu.Unlock()
 	sup := supervisor.New(lease, units, d.cfg.Node, m, d.store, us, d.clock, d.supLog)
-	sup.OnUnitFailed = func() { d.unitFailed(lease) }
-	sup.OnAcquired = func(seen, got policy.Record) { d.acquired(lease, seen, got) }
-	sup.OnReleased = func(rec policy.Record, c policy.Cause) { d.released(lease, rec, c) }
+	sup.SetHooks(&leaseHooks{d: d, lease: lease})
 	if d.metrics != nil {
 		sup.SetMeter(d.metrics.Lease(lease))
 	}
@@ -654,4 +652,19 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 		r.cancel()
 		<-r.sup.Done()
 	}
+}
+
+// leaseHooks tells the daemon of one lease's events: one small value a
+// lease, where a closure for each of the three was three.
+type leaseHooks struct {
+	d     *Daemon
+	lease string
+}
+
+func (h *leaseHooks) UnitFailed() { h.d.unitFailed(h.lease) }
+func (h *leaseHooks) Acquired(seen, got policy.Record) {
+	h.d.acquired(h.lease, seen, got)
+}
+func (h *leaseHooks) Released(rec policy.Record, c policy.Cause) {
+	h.d.released(h.lease, rec, c)
 }

@@ -39,8 +39,8 @@ func (s *Supervisor) execute(a policy.Action) (policy.Event, bool) {
 func (s *Supervisor) observe(ctx context.Context) policy.Event {
 	var rec policy.Record
 	var err error
-	if s.bound != nil {
-		rec, err = s.bound.ObserveUnits(ctx, s.Lease, s.Units)
+	if b, ok := s.store.(UnitRecords); ok {
+		rec, err = b.ObserveUnits(ctx, s.Lease, s.Units)
 	} else {
 		rec, err = s.store.Observe(ctx, s.Lease)
 	}
@@ -55,15 +55,17 @@ func (s *Supervisor) observe(ctx context.Context) policy.Event {
 func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Event {
 	var rec policy.Record
 	var err error
-	if s.bound != nil {
-		rec, err = s.bound.AcquireUnits(ctx, s.Lease, s.Units, seen)
+	if b, ok := s.store.(UnitRecords); ok {
+		rec, err = b.AcquireUnits(ctx, s.Lease, s.Units, seen)
 	} else {
 		rec, err = s.store.Acquire(ctx, s.Lease, seen)
 	}
 	var claimed *redislease.ClaimedError
 	switch {
 	case err == nil:
-		s.elsewhere = "" // the units are this lease's now
+		if s.reported != nil {
+			s.reported.elsewhere = "" // the units are this lease's now
+		}
 		return policy.Event{Kind: policy.AcquireOK, Record: rec}
 	case errors.Is(err, redislease.ErrUnknown):
 		return policy.Event{Kind: policy.AcquireUnknown}
@@ -78,8 +80,8 @@ func (s *Supervisor) acquire(ctx context.Context, seen policy.Record) policy.Eve
 func (s *Supervisor) renew(ctx context.Context, held policy.Record) policy.Event {
 	var rec policy.Record
 	var err error
-	if s.bound != nil {
-		rec, err = s.bound.RenewUnits(ctx, s.Lease, s.Units, held)
+	if b, ok := s.store.(UnitRecords); ok {
+		rec, err = b.RenewUnits(ctx, s.Lease, s.Units, held)
 	} else {
 		rec, err = s.store.Renew(ctx, s.Lease, held)
 	}
@@ -109,8 +111,8 @@ func (s *Supervisor) release(ctx context.Context, held policy.Record) policy.Eve
 	ctx = context.WithoutCancel(ctx)
 	var rec policy.Record
 	var err error
-	if s.bound != nil {
-		rec, err = s.bound.ReleaseUnits(ctx, s.Lease, s.Units, held)
+	if b, ok := s.store.(UnitRecords); ok {
+		rec, err = b.ReleaseUnits(ctx, s.Lease, s.Units, held)
 	} else {
 		rec, err = s.store.Release(ctx, s.Lease, held)
 	}

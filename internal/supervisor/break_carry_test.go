@@ -521,7 +521,7 @@ func TestBreakCarryHandoffWhileTheStartIsParked(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var failed atomic.Int32
 			b := parkedStart(t, policy.Config{Seed: 7}, []string{"demo.service"}, func(b *bcSup) {
-				b.s.OnUnitFailed = func() { failed.Add(1) }
+				b.s.SetHooks(hookFuncs{unitFailed: func() { failed.Add(1) }})
 			})
 			defer b.finish(t)
 			b.s.Handoff(t.Context())
@@ -674,7 +674,7 @@ func TestBreakCarryEligibilityFlushedBeforeTheJobsResult(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var failed atomic.Int32
 				b := parkedStart(t, policy.Config{Seed: 7}, []string{"demo.service"}, func(b *bcSup) {
-					b.s.OnUnitFailed = func() { failed.Add(1) }
+					b.s.SetHooks(hookFuncs{unitFailed: func() { failed.Add(1) }})
 					b.u.startFail["demo.service"] = startFails
 				})
 				defer b.finish(t)

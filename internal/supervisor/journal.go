@@ -25,13 +25,14 @@ func (s *Supervisor) journal(j policy.Journal, before policy.State, ev policy.Ev
 		event = "state"
 	}
 	switch {
-	case j == policy.JournalUnitFailed && s.OnUnitFailed != nil:
-		s.OnUnitFailed()
-	case j == policy.JournalAcquired && s.OnAcquired != nil:
+	case s.hooks == nil:
+	case j == policy.JournalUnitFailed:
+		s.hooks.UnitFailed()
+	case j == policy.JournalAcquired:
 		seen, _, _ := m.Seen()
-		s.OnAcquired(seen, rec)
-	case j == policy.JournalReleased && s.OnReleased != nil:
-		s.OnReleased(ev.Record, m.Cause())
+		s.hooks.Acquired(seen, rec)
+	case j == policy.JournalReleased:
+		s.hooks.Released(ev.Record, m.Cause())
 	}
 	if s.meter != nil && j != "" {
 		s.meter.Journaled(j, m.Cause())
@@ -101,6 +102,22 @@ func (s *Supervisor) logger() *slog.Logger {
 	return s.log.With(logging.Lease, s.Lease, logging.Node, s.Node)
 }
 
+// reported is what was last reported of a lease's record, to report
+// each once: most leases never have any, and keep a nil pointer.
+type reported struct {
+	garbage   string // the last garbage reported (its message)
+	elsewhere string // the unit and other lease last reported as holding it, or ""
+}
+
+// report is the lease's reported, made on first use. Only the store's
+// requests use it, one at a time.
+func (s *Supervisor) report() *reported {
+	if s.reported == nil {
+		s.reported = new(reported)
+	}
+	return s.reported
+}
+
 // reportGarbage logs a value that is not a record, once per value. The
 // standby cannot age it, so it never acquires over it.
 func (s *Supervisor) reportGarbage(err error) {
@@ -112,10 +129,10 @@ func (s *Supervisor) reportGarbage(err error) {
 	// Once per message: key, reason and value (a key of another type
 	// than a string has no value, but a reason that says which).
 	msg := g.Error()
-	if msg == s.garbage {
+	if r := s.reported; r != nil && msg == r.garbage {
 		return
 	}
-	s.garbage = msg
+	s.report().garbage = msg
 	if s.meter != nil {
 		s.meter.Garbage()
 	}
@@ -135,11 +152,14 @@ func (s *Supervisor) reportElsewhere(rec policy.Record) {
 			key += "\x00released"
 		}
 	}
-	if key == s.elsewhere {
+	prev := ""
+	if s.reported != nil {
+		prev = s.reported.elsewhere
+	}
+	if key == prev {
 		return
 	}
-	prev := s.elsewhere
-	s.elsewhere = key
+	s.report().elsewhere = key
 	if o := rec.Other; o != nil {
 		msg := fmt.Sprintf("%s: held under lease %s by %s at version %d; lease %s is not acquired until that record is released or stays unchanged for the lease span",
 			o.Unit, o.Lease, rec.Holder, rec.Version, s.Lease)

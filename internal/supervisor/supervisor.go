@@ -128,8 +128,7 @@ type Supervisor struct {
 	Units []string // by name; started in systemd's order, stopped together
 	Node  string
 
-	store Records
-	bound UnitRecords // store, if it is one: every request names the units
+	store Records // if a UnitRecords too, every request names the units
 	units Units
 	clock Clock
 	log   *slog.Logger // without the lease's fields: see logger
@@ -151,22 +150,27 @@ type Supervisor struct {
 	busy        atomic.Int64                // 1 + the Instant a step began, or 0 between steps
 	due         atomic.Int64                // 1 + the Instant of the next wake-up, or 0 for none
 	stopping    atomic.Pointer[pendingStop] // a stop due by a deadline that systemd does not have yet
-	status      atomic.Pointer[Status]
-	// OnUnitFailed, if set before Start, is called from the step that
-	// journals unit_failed (a unit failed while held, or its start
-	// failed); it must not block, nor call back into the supervisor.
-	OnUnitFailed func()
-	// OnAcquired and OnReleased, if set before Start, are called from the
-	// steps that journal acquired (with the record aged and the one
-	// written) and released (with the released record and why the node
-	// stopped); the same rules.
-	OnAcquired func(seen, got policy.Record)
-	OnReleased func(released policy.Record, cause policy.Cause)
-	meter      Meter // SetMeter; nil: nothing is counted
+	status      atomic.Pointer[snapshot]
+	hooks       Hooks // SetHooks; nil: nobody is told
+	meter       Meter // SetMeter; nil: nothing is counted
 
-	garbage   string // the last garbage reported (its message), to report each once
-	elsewhere string // the unit and other lease last reported as holding it, or ""
+	reported *reported // nil until a record is reported (see report)
 }
+
+// Hooks is told of a lease's events by the steps that journal them:
+// UnitFailed of unit_failed (a unit failed while held, or its start
+// failed), Acquired of acquired (with the record aged and the one
+// written), Released of released (with the released record and why the
+// node stopped). Its methods are called under the supervisor's lock:
+// they must not block, nor call back into the supervisor.
+type Hooks interface {
+	UnitFailed()
+	Acquired(seen, got policy.Record)
+	Released(released policy.Record, cause policy.Cause)
+}
+
+// SetHooks sets the supervisor's hooks; before Start only.
+func (s *Supervisor) SetHooks(h Hooks) { s.hooks = h }
 
 // New returns a supervisor whose first step stops the units
 // (a new daemon holds no lease: rule 6). log must never block its caller
@@ -179,7 +183,6 @@ func New(lease string, units []string, node string, m policy.Machine, store Reco
 		log: log,
 	}
 	s.life.done = make(chan struct{})
-	s.bound, _ = store.(UnitRecords)
 	s.withdrawn.Store(m.Withdrawn())
 	s.ineligible.Store(m.Ineligible())
 	s.publish(s.clock(), "")

@@ -698,3 +698,28 @@ func TestSupervisorWakeKeepsTheTimerOnTheClock(t *testing.T) {
 		}
 	})
 }
+
+// hookFuncs is Hooks of functions, each optional.
+type hookFuncs struct {
+	unitFailed func()
+	acquired   func(seen, got policy.Record)
+	released   func(policy.Record, policy.Cause)
+}
+
+func (h hookFuncs) UnitFailed() {
+	if h.unitFailed != nil {
+		h.unitFailed()
+	}
+}
+
+func (h hookFuncs) Acquired(seen, got policy.Record) {
+	if h.acquired != nil {
+		h.acquired(seen, got)
+	}
+}
+
+func (h hookFuncs) Released(rec policy.Record, c policy.Cause) {
+	if h.released != nil {
+		h.released(rec, c)
+	}
+}
