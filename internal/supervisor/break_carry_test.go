@@ -653,7 +653,7 @@ func TestBreakCarryLossOrDeadlineWhileTheStartIsParked(t *testing.T) {
 // sets the flag while a job waits on its goroutine. On aa62f5d that
 // goroutine stepped the flag (deliver's flushEligibility) before the
 // job's result: a start's success then went without its "started" entry,
-// a start's failure without its unit_failed entry and OnUnitFailed (the
+// a start's failure without its unit_failed entry and Hooks.UnitFailed (the
 // daemon's count of the unit's failures missed it), and an eligibility
 // set during the startup stop was taken with the stop's result. Safe, but
 // not the order before: the job's goroutine now steps the result first,
@@ -663,7 +663,7 @@ func TestBreakCarryLossOrDeadlineWhileTheStartIsParked(t *testing.T) {
 //     the flag stops the leader; released after the stop, never started
 //     again.
 //   - ineligible before a start's failure: unit_failed is journalled and
-//     OnUnitFailed called once.
+//     Hooks.UnitFailed called once.
 //   - eligible (the daemon's call) during the startup stop of a machine
 //     that began ineligible: the stop is confirmed before anything is
 //     observed, and the acquisition still waits a lease span from the
@@ -692,7 +692,7 @@ func TestBreakCarryEligibilityFlushedBeforeTheJobsResult(t *testing.T) {
 					wantStarted, wantFailed = 0, 1
 				}
 				if b.journaled("started") != wantStarted || b.journaled("unit_failed") != wantFailed || int(failed.Load()) != wantFailed {
-					t.Fatalf("start fails %t: %d started, %d unit_failed entries, OnUnitFailed %d times; want %d, %d, %d: the job's result was not stepped before the flag",
+					t.Fatalf("start fails %t: %d started, %d unit_failed entries, Hooks.UnitFailed %d times; want %d, %d, %d: the job's result was not stepped before the flag",
 						startFails, b.journaled("started"), b.journaled("unit_failed"), failed.Load(), wantStarted, wantFailed, wantFailed)
 				}
 				time.Sleep(5 * time.Minute)

@@ -243,26 +243,57 @@ func (s *Supervisor) begin(ctx context.Context) {
 // returns: a step in line never waits for systemd. Any other first
 // action (a store request, which may wait for Redis) is carried out on
 // a goroutine of its own, as the timer's would have been.
+//
+// An eligibility step, taken, is the first step: it ran the machine at
+// this instant and set the timer, and a Tick after it would do nothing,
+// but might wait for a step that the stop's result brought meanwhile.
+//
+// SetEligible and SetWithdrawn before Start changed their flags, and
+// their events were dropped (as every event before Start): the machine
+// takes the flags' last word here, where they differ from its own.
 func (s *Supervisor) launch() {
-	if s.eligibility.Swap(false) {
-		s.stepInLine(policy.Event{Kind: policy.Eligible})
+	s.mu.Lock()
+	eligibility := s.eligibility.Swap(false) || s.ineligible.Load() != s.machine.Ineligible()
+	withdrawal := s.withdrawn.Load() != s.machine.Withdrawn()
+	s.mu.Unlock()
+	taken := false
+	if withdrawal {
+		taken = s.stepInLine(policy.Event{Kind: policy.Withdraw}) // lastWord: the flag's
 	}
-	s.stepInLine(policy.Event{Kind: policy.Tick})
+	if eligibility {
+		taken = s.stepInLine(policy.Event{Kind: policy.Eligible}) || taken
+	}
+	if !taken {
+		s.stepInLine(policy.Event{Kind: policy.Tick})
+	}
 }
 
 // stepInLine steps ev and carries out what it asks without waiting on
-// this goroutine for anything but the step itself.
-func (s *Supervisor) stepInLine(ev policy.Event) {
+// this goroutine for anything but the step itself; it reports whether
+// the step was taken. A supervisor started on a context already ended
+// ends here, before its stop is carried out: the stop goes on (a stop
+// is never abandoned) and its result takes no step. Its end would
+// otherwise come only from context.AfterFunc, which Start and Launch
+// register after this step, on a goroutine of its own, which the stop's
+// result could outrun to an acquisition and a start.
+func (s *Supervisor) stepInLine(ev policy.Event) bool {
 	var out policy.Output
-	if !s.step(ev, &out) || out.Len() == 0 {
-		return
+	if !s.step(ev, &out) {
+		return false
+	}
+	if s.life.parent.Err() != nil {
+		s.end()
+	}
+	if out.Len() == 0 {
+		return true
 	}
 	if k := out.At(0).Kind; k == policy.StartUnit || k == policy.StopUnit {
 		s.carry(&out) // a unit's job waits in a line or on its own goroutine
-		return
+		return true
 	}
 	o := out
 	go s.carry(&o)
+	return true
 }
 
 // Done is closed once the supervisor took its last step.
