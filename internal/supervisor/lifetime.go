@@ -22,10 +22,10 @@ type lifetime struct {
 	parent context.Context // the context the supervisor started on
 	values context.Context // parent without its cancellation
 	done   chan struct{}   // closed by Supervisor.end
-	err    error           // Err once done is closed: set before it is
-	// byParent: it ended because parent did (set with err): from then
-	// on its values are parent's own, so that context.Cause finds
-	// parent's cause.
+	// byParent: it ended because parent did (set before done is
+	// closed): its Err is parent's, which does not change once set, and
+	// its values are parent's own, so that context.Cause finds parent's
+	// cause.
 	byParent bool
 
 	mu    sync.Mutex
@@ -61,7 +61,10 @@ func (l *lifetime) Value(key any) any {
 func (l *lifetime) Err() error {
 	select {
 	case <-l.done:
-		return l.err
+		if l.byParent {
+			return l.parent.Err()
+		}
+		return context.Canceled
 	default:
 		return nil
 	}
@@ -69,10 +72,7 @@ func (l *lifetime) Err() error {
 
 // ended sets Err for the end; the caller then closes done.
 func (l *lifetime) ended() {
-	l.err = context.Canceled
-	if l.parent != nil && l.parent.Err() != nil {
-		l.err, l.byParent = l.parent.Err(), true
-	}
+	l.byParent = l.parent != nil && l.parent.Err() != nil
 }
 
 // AfterFunc arranges for f to run once the lifetime is over; stop
