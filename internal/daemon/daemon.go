@@ -113,8 +113,10 @@ type Daemon struct {
 	wmu sync.Mutex
 
 	// settings are each lease's annotation keys beyond Lease=, as the
-	// last discovery found them; guarded by mu.
-	settings map[string]leaseSettings
+	// last discovery found them; guarded by mu. The leases that set none
+	// of them share one value (defaultSettings), never changed: a map of
+	// the values was 128 bytes a lease.
+	settings map[string]*leaseSettings
 	// steering is the preference's state (steer), touched only by it.
 	steering   steerState
 	steerNow   chan struct{} // asks steerLoop for a round now

@@ -24,6 +24,14 @@ type leaseSettings struct {
 	Window    time.Duration // FailureWindow=
 }
 
+// defaultSettings are the settings of a lease whose units set none of
+// the keys; shared, never changed.
+var defaultSettings = func() leaseSettings {
+	var a unitctl.Annotation
+	a.SetDefaults()
+	return settingsOf(a)
+}()
+
 func settingsOf(a unitctl.Annotation) leaseSettings {
 	return leaseSettings{Prefer: a.Prefer, Failback: a.Failback, Settle: a.FailbackSettle,
 		Threshold: a.FailureThreshold, Window: a.FailureWindow}
@@ -56,7 +64,10 @@ func (s leaseSettings) diff(o leaseSettings) string {
 func (d *Daemon) settingsFor(lease string) leaseSettings {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.settings[lease]
+	if ls := d.settings[lease]; ls != nil {
+		return *ls
+	}
+	return leaseSettings{}
 }
 
 // rank is node's place in prefer: 0 for the most preferred, len(prefer)

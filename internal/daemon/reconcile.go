@@ -177,8 +177,16 @@ func (d *Daemon) discover(ctx context.Context) (groups map[string][]string, prob
 		}
 		groups[a.Lease] = append(groups[a.Lease], a.Unit)
 	}
+	kept := make(map[string]*leaseSettings, len(settings))
+	for lease, ls := range settings {
+		if ls.equal(defaultSettings) {
+			kept[lease] = &defaultSettings
+		} else {
+			kept[lease] = &ls
+		}
+	}
 	d.mu.Lock()
-	d.settings = settings
+	d.settings = kept
 	d.mu.Unlock()
 	for lease, units := range groups {
 		slices.Sort(units)
