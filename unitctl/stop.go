@@ -90,7 +90,7 @@ func (s *Systemd) stop(ctx context.Context, unit string, stopWait time.Duration,
 	err := st.run(ctx)
 	st.forgetJob()
 	if err == nil {
-		if st.killed || st.sigkilled {
+		if st.hit || st.sigkilled {
 			killedFrom(ctx)()
 		}
 		return nil
@@ -127,11 +127,16 @@ type stopping struct {
 	jobResult string
 	state     UnitState
 	killAt    time.Time
-	failAt    time.Time     // stopWait after Stop began
-	killed    bool          // SIGKILL was sent
-	due       bool          // failAt has passed
-	slow      atomic.Bool   // a call systemd did not answer in time was logged
-	left      []UnitProcess // processes last seen in the unit's cgroup
+	failAt    time.Time // stopWait after Stop began
+	killed    bool      // SIGKILL was sent
+	// hit: a SIGKILL was sent other than to a cgroup listed empty just
+	// before. A SIGKILL at the kill time to a unit that a busy systemd
+	// was slow to show stopped, its cgroup listed empty, hit nothing: the
+	// stop needed no SIGKILL.
+	hit  bool
+	due  bool          // failAt has passed
+	slow atomic.Bool   // a call systemd did not answer in time was logged
+	left []UnitProcess // processes last seen in the unit's cgroup
 	// killedAt is, for each process listed in the cgroup, when systemd
 	// answered the first SIGKILL sent after it was listed. One still
 	// listed KillMargin after that, once stopWait has passed, is a failed
@@ -208,10 +213,11 @@ func (st *stopping) run(ctx context.Context) error {
 			// for systemd's answer), so that the verdict at failAt,
 			// KillMargin later, needs no further kill.
 			st.killed = true
-			if _, err := st.processes(ctx); err != nil {
+			left, err := st.processes(ctx)
+			if err != nil {
 				return err
 			}
-			st.kill(ctx)
+			st.kill(ctx, left != nil && len(left) == 0)
 		case <-fail.C:
 			st.due = true
 		}
@@ -241,7 +247,7 @@ func (st *stopping) notStopped(ctx context.Context) (again bool, err error) {
 		return false, err // an empty cgroup: systemd has yet to say stopped
 	}
 	if st.unkilled() {
-		st.kill(ctx)
+		st.kill(ctx, false)
 	}
 	return true, nil
 }
@@ -300,7 +306,7 @@ func (st *stopping) emptied(ctx context.Context) (bool, error) {
 		st.leftSeen = true
 		st.s.opts.Logf("unitctl: %s is %s with %d process(es) left in its cgroup: %v; sending SIGKILL", st.unit, st.state, len(left), left)
 	}
-	st.kill(ctx)
+	st.kill(ctx, false)
 	return false, nil
 }
 
@@ -421,16 +427,18 @@ func (st *stopping) refresh(ctx context.Context) error {
 		return err
 	}
 	if st.killed && !state.Stopped() && state != prev {
-		st.kill(ctx)
+		st.kill(ctx, false)
 	}
 	return nil
 }
 
 // kill sends SIGKILL to every process of the unit's cgroup, and notes
 // when systemd answered for each process listed last. An error (no
-// process left, for one) is not a result: the state decides.
-func (st *stopping) kill(ctx context.Context) {
+// process left, for one) is not a result: the state decides. empty: the
+// cgroup was listed empty just before (the SIGKILL hits nothing).
+func (st *stopping) kill(ctx context.Context, empty bool) {
 	st.killed = true
+	st.hit = st.hit || !empty
 	rctx, done := st.callCtx(ctx, "the SIGKILL")
 	defer done()
 	sl, err := takeSlot(rctx, st.s.killCalls, 1)
@@ -464,9 +472,12 @@ func (st *stopping) note(sub string) {
 }
 
 // OnKilled returns a context on which a Stop that succeeds calls killed
-// (before it returns) if SIGKILL was needed: Stop sent it, or systemd was
-// seen sending it (a stop phase ran out of its time, and the unit was
-// seen in stop-sigkill or final-sigkill). A failed stop says so in its
+// (before it returns) if SIGKILL was needed: Stop sent it while
+// processes were listed in the unit's cgroup (or before it could list
+// them), or systemd was seen sending it (a stop phase ran out of its
+// time, and the unit was seen in stop-sigkill or final-sigkill). A
+// SIGKILL sent at the kill time to a cgroup listed empty (a busy
+// systemd that was slow to show a stopped unit stopped) does not count. A failed stop says so in its
 // *JobError's Killed instead.
 func OnKilled(ctx context.Context, killed func()) context.Context {
 	return context.WithValue(ctx, killedKey{}, killed)
