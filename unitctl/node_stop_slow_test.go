@@ -1,6 +1,7 @@
 package unitctl
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
 )
 
 // slowBus is a proxy in front of the system bus that delays every byte
@@ -192,5 +195,34 @@ func TestNodeStopSlowSystemdStoppedUnitIsNotKilled(t *testing.T) {
 	}
 	if killed.Load() {
 		t.Errorf("Stop of a unit that was stopped all along said SIGKILL was needed (OnKilled)")
+	}
+}
+
+// TestNodeKillSaysWhetherItReachedAProcess: the node's systemd (252)
+// takes the kill target all-fail: a SIGKILL to a running unit is sent
+// (nil) and ends it; one to the unit then failed, loaded and with no
+// process left, is answered NoSuchProcess (errKillMissed). The plain
+// target is never needed.
+func TestNodeKillSaysWhetherItReachedAProcess(t *testing.T) {
+	t.Parallel()
+	unit := "ul-kill-reach.service"
+	installUnits(t, map[string]string{unit: "[Service]\nExecStart=/bin/sleep 86412\n"})
+	s := dialNode(t, Options{})
+	kill := func() error {
+		return s.with(ctxFor(t, 10*time.Second), func(c *sd.Conn) error { return s.killAll(ctxFor(t, 10*time.Second), c, unit) })
+	}
+	if err := s.Start(ctxFor(t, 10*time.Second), unit); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "/bin/sleep 86412 running", func() bool { return len(processesWith("/bin/sleep 86412")) == 1 })
+	if err := kill(); err != nil {
+		t.Fatalf("SIGKILL to the running %s: %v; want nil (sent, and it reached a process)", unit, err)
+	}
+	waitFor(t, 5*time.Second, unit+" failed", func() bool { return show(t, unit, "ActiveState") == "failed" })
+	if err := kill(); !errors.Is(err, errKillMissed) {
+		t.Fatalf("SIGKILL to the failed %s, no process left: %v; want errKillMissed (systemd's NoSuchProcess)", unit, err)
+	}
+	if s.noAllFail.Load() {
+		t.Error("the node's systemd refused all-fail")
 	}
 }

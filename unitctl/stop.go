@@ -436,19 +436,36 @@ func (st *stopping) refresh(ctx context.Context) error {
 // when systemd answered for each process listed last. An error (no
 // process left, for one) is not a result: the state decides. empty: the
 // cgroup was listed empty just before (the SIGKILL hits nothing).
+//
+// The SIGKILL goes out with the target all-fail, to which systemd
+// answers NoSuchProcess when it reached no process: whether it hit
+// anything is decided at the kill itself, not by a list taken before it,
+// which a start behind the daemon's back may have outdated. A systemd
+// that refuses the target (older than 252) gets the plain kill (all),
+// from then on, and an empty list taken just before decides.
 func (st *stopping) kill(ctx context.Context, empty bool) {
 	st.killed = true
-	st.hit = st.hit || !empty
 	rctx, done := st.callCtx(ctx, "the SIGKILL")
 	defer done()
 	sl, err := takeSlot(rctx, st.s.killCalls, 1)
 	if err == nil {
 		err = st.s.detached(rctx, sl, func(callCtx context.Context, c *sd.Conn) error {
-			return c.KillUnitWithTarget(callCtx, st.unit, sd.All, st.s.killSignal)
+			return st.s.killAll(callCtx, c, st.unit)
 		})
 	}
 	if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 		return
+	}
+	switch {
+	case err == nil:
+		st.hit = true
+	case errors.Is(err, errKillMissed):
+		err = nil
+	case errors.Is(err, errKillUnsure):
+		err = nil
+		st.hit = st.hit || !empty
+	default:
+		st.hit = st.hit || !empty
 	}
 	if err != nil {
 		st.s.opts.Logf("unitctl: SIGKILL to %s: %v", st.unit, err)
@@ -462,6 +479,42 @@ func (st *stopping) kill(ctx context.Context, empty bool) {
 			st.killedAt[p.PID] = now
 		}
 	}
+}
+
+// errKillMissed: systemd answered the SIGKILL (all-fail) with
+// NoSuchProcess: it reached no process of the unit.
+var errKillMissed = errors.New("unitctl: the SIGKILL reached no process")
+
+// errKillUnsure: the SIGKILL went out with the target all, whose answer
+// does not say whether it reached a process.
+var errKillUnsure = errors.New("unitctl: the SIGKILL went out; whether it reached a process is not known")
+
+const (
+	noSuchProcess = "org.freedesktop.systemd1.NoSuchProcess"
+	invalidArgs   = "org.freedesktop.DBus.Error.InvalidArgs"
+)
+
+// killAll sends the SIGKILL to every process of unit's cgroup: nil if it
+// reached one, errKillMissed if none, errKillUnsure if systemd does not
+// say (see stopping.kill), or the call's error. Any answer to all-fail
+// but "sent", NoSuchProcess, NoSuchUnit or a failed call is followed by
+// the plain kill: a SIGKILL is never left out for a target refused.
+func (s *Systemd) killAll(ctx context.Context, c *sd.Conn, unit string) error {
+	if !s.noAllFail.Load() {
+		err := c.KillUnitWithTarget(ctx, unit, sd.Who("all-fail"), s.killSignal)
+		switch name := dbusErrorName(err); {
+		case name == noSuchProcess:
+			return errKillMissed
+		case name == "" || name == noSuchUnit:
+			return err // sent, not sent for want of the unit, or no answer
+		case name == invalidArgs:
+			s.noAllFail.Store(true) // a systemd older than 252: all from now on
+		}
+	}
+	if err := c.KillUnitWithTarget(ctx, unit, sd.All, s.killSignal); err != nil {
+		return err
+	}
+	return errKillUnsure
 }
 
 // note takes a SubState the unit was seen in during the stop.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,6 +47,9 @@ type Systemd struct {
 	intentGen uint64 // intents set so far
 
 	killSignal int32 // SIGKILL; tests swap in a harmless signal to play an unkillable process
+	// noAllFail: systemd refused the kill target all-fail (it is older
+	// than 252); SIGKILLs go out with all.
+	noAllFail atomic.Bool
 
 	watchers watchers
 	reloads  reloads
