@@ -204,6 +204,7 @@ func TestNodeStopSlowSystemdStoppedUnitIsNotKilled(t *testing.T) {
 // process left, is answered NoSuchProcess (errKillMissed). The plain
 // target is never needed.
 func TestNodeKillSaysWhetherItReachedAProcess(t *testing.T) {
+	requireNode(t)
 	t.Parallel()
 	unit := "ul-kill-reach.service"
 	installUnits(t, map[string]string{unit: "[Service]\nExecStart=/bin/sleep 86412\n"})

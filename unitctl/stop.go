@@ -448,8 +448,10 @@ func (st *stopping) kill(ctx context.Context, empty bool) {
 	rctx, done := st.callCtx(ctx, "the SIGKILL")
 	defer done()
 	sl, err := takeSlot(rctx, st.s.killCalls, 1)
+	var tries atomic.Int32 // a retry follows a call whose SIGKILL may have gone out
 	if err == nil {
 		err = st.s.detached(rctx, sl, func(callCtx context.Context, c *sd.Conn) error {
+			tries.Add(1)
 			return st.s.killAll(callCtx, c, st.unit)
 		})
 	}
@@ -459,9 +461,9 @@ func (st *stopping) kill(ctx context.Context, empty bool) {
 	switch {
 	case err == nil:
 		st.hit = true
-	case errors.Is(err, errKillMissed):
+	case errors.Is(err, errKillMissed) && tries.Load() == 1:
 		err = nil
-	case errors.Is(err, errKillUnsure):
+	case errors.Is(err, errKillMissed), errors.Is(err, errKillUnsure):
 		err = nil
 		st.hit = st.hit || !empty
 	default:

@@ -116,7 +116,11 @@ func (s *Systemd) checkVersion(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("unitctl: reading systemd's version: %w", err)
 	}
-	if n, ok := systemdMajor(v); ok && n < MinSystemd {
+	n, ok := systemdMajor(v)
+	if ok && n < 252 {
+		s.noAllFail.Store(true) // all-fail came with 252
+	}
+	if ok && n < MinSystemd {
 		return fmt.Errorf("unitctl: systemd %d is older than %d: it forgets the cgroup of a unit a process outlived, so a stop could not be confirmed complete", n, MinSystemd)
 	}
 	return nil
