@@ -907,3 +907,48 @@ func TestBreakInlineLaunchWaitsForAStepUnderWay(t *testing.T) {
 		t.Fatal("Launch waited for the supervisor's mutex, held by the acquisition's step in Hooks.Acquired")
 	}
 }
+
+// TestNudgeOfAHolderTakesNoGoroutine: a nudge asks a standby to observe;
+// a supervisor that holds the lease does not observe, and a nudge of it
+// starts no goroutine (a daemon's resync nudges every lease at once:
+// 5,000 goroutines at 5,000 leases, all of them held). Nudge marks a
+// nudge on its way before it starts the goroutine, and the step clears
+// the mark under the supervisor's lock, which the test holds while it
+// nudges and reads the mark. A standby is still nudged.
+//
+// Failed before Nudge read the snapshot: the holder's nudge started its
+// goroutine.
+func TestNudgeOfAHolderTakesNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &bsqUnits{}
+		s, end := bsqLeading(t, &fakeStore{t: t, noRelease: true}, u)
+		defer end()
+		s.mu.Lock()
+		s.Nudge()
+		nudged := s.nudged.Load()
+		s.mu.Unlock()
+		if nudged {
+			t.Fatal("a nudge of the supervisor that holds the lease started a step")
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		u := &bsqUnits{}
+		s := demoSupervisor(t, []string{"demo.service"}, &fakeStore{t: t, noRelease: true}, u, bsqQuiet())
+		s.SetEligibleSoon(false)
+		defer s.Launch(context.WithoutCancel(t.Context()))()
+		synctest.Wait()
+		u.next(t, nil)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if st := s.Status(); st.Holding || st.Role != "standby" {
+			t.Fatalf("an ineligible supervisor after its startup stop: %+v; want a standby", st)
+		}
+		s.mu.Lock()
+		s.Nudge()
+		nudged := s.nudged.Load()
+		s.mu.Unlock()
+		if !nudged {
+			t.Fatal("a nudge of a standby started no step")
+		}
+	})
+}

@@ -474,7 +474,18 @@ func (s *Supervisor) Wake() {
 // Nudge asks for an observation now: a release or acquisition was
 // published. It never blocks, and nudges that come while one is on its
 // way are one.
+//
+// A supervisor that holds the lease, as of its last step, is not nudged:
+// only a standby observes, and the step would do nothing but take a
+// goroutine. A daemon that subscribes to its leases' events once it has
+// acquired them nudges every lease at once (the subscription's resync):
+// 5,000 goroutines together at 5,000 leases, whose descriptors the
+// runtime keeps for the process's life. A nudge is only a hurry: a
+// supervisor that stops holding polls, and nothing waits on a nudge.
 func (s *Supervisor) Nudge() {
+	if p := s.status.Load(); p != nil && p.holding {
+		return
+	}
 	if s.nudged.CompareAndSwap(false, true) {
 		go s.deliver(policy.Event{Kind: policy.Nudge})
 	}
