@@ -482,13 +482,24 @@ func (s *Supervisor) Wake() {
 // 5,000 goroutines together at 5,000 leases, whose descriptors the
 // runtime keeps for the process's life. A nudge is only a hurry: a
 // supervisor that stops holding polls, and nothing waits on a nudge.
+// But a holder whose wake-up is overdue (a resume that the suspend check
+// has not seen yet: its timer runs late by as long as the machine slept)
+// is nudged as before: the step acts on its deadline at once, as its
+// timer would have.
 func (s *Supervisor) Nudge() {
-	if p := s.status.Load(); p != nil && p.holding {
+	if p := s.status.Load(); p != nil && p.holding && !s.overdue() {
 		return
 	}
 	if s.nudged.CompareAndSwap(false, true) {
 		go s.deliver(policy.Event{Kind: policy.Nudge})
 	}
+}
+
+// overdue reports whether the supervisor's wake-up has come on its
+// clock and no step has taken it yet.
+func (s *Supervisor) overdue() bool {
+	d := s.due.Load()
+	return d != 0 && policy.Instant(d-1) <= s.clock()
 }
 
 // Stuck reports whether the loop took an event more than within before
