@@ -60,19 +60,7 @@ func TestBreakNudgeHolderPastItsDeadlineAfterASuspendStrict(t *testing.T) {
 // after a resume, still stops such a holder with no time passing.
 func TestBreakNudgeWakeStillStopsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store, units, off := &fakeStore{t: t}, &fakeUnits{}, &fakeOffset{}
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, SuspendClock(off.read), logging.Text(&bytes.Buffer{}, slog.LevelDebug))
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		s.Start(ctx)
-		time.Sleep(20 * time.Second)
-		synctest.Wait()
-		store.steal()
-		off.suspend(time.Hour)
+		s, units, _ := suspendedLeader(t)
 		s.Nudge()
 		s.Wake()
 		synctest.Wait()
@@ -84,22 +72,7 @@ func TestBreakNudgeWakeStillStopsAtOnce(t *testing.T) {
 
 func bnPastDeadline(t *testing.T, strict bool) {
 	synctest.Test(t, func(t *testing.T) {
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store, units, logs, off := &fakeStore{t: t}, &fakeUnits{}, &bytes.Buffer{}, &fakeOffset{}
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, SuspendClock(off.read), logging.Text(logs, slog.LevelDebug))
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		s.Start(ctx)
-		time.Sleep(20 * time.Second)
-		synctest.Wait()
-		if running, _, _ := units.state(); !running || !s.Holding() {
-			t.Fatal("not leading after 20s")
-		}
-		store.steal()
-		off.suspend(time.Hour)
+		s, units, _ := suspendedLeader(t)
 		s.Nudge() // the peer's acquisition, published
 		synctest.Wait()
 		running, _, _ := units.state()

@@ -609,22 +609,7 @@ func TestReadOffsetBracketsTheKernelClocks(t *testing.T) {
 // renewal timer fired and the renewal came back lost.
 func TestSupervisorWakeAfterASuspendStopsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store, units, logs, off := &fakeStore{t: t}, &fakeUnits{}, &bytes.Buffer{}, &fakeOffset{}
-		s := New("demo", []string{"demo.service"}, "node-a", m, store, units, SuspendClock(off.read), logging.Text(logs, slog.LevelDebug))
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		s.Start(ctx)
-		time.Sleep(20 * time.Second)
-		synctest.Wait()
-		if running, _, _ := units.state(); !running || !s.Holding() {
-			t.Fatal("not leading after 20s")
-		}
-		store.steal() // the peer, whose clock ran, took the lease
-		off.suspend(time.Hour)
+		s, units, logs := suspendedLeader(t)
 		s.Wake()
 		synctest.Wait() // no fake time passes: no runtime timer set before can fire
 		if running, _, _ := units.state(); running {
@@ -635,6 +620,31 @@ func TestSupervisorWakeAfterASuspendStopsAtOnce(t *testing.T) {
 			t.Fatalf("the stop was not the deadline's (renew_failed before any lost):\n%s", logs)
 		}
 	})
+}
+
+// suspendedLeader is, in a synctest bubble, a supervisor on a clock that
+// counts suspends, leading after 20 s; then its peer, whose clock ran,
+// takes the lease, and the machine sleeps an hour, the resume not yet
+// noticed (no Wake). It ends with the test.
+func suspendedLeader(t *testing.T) (*Supervisor, *fakeUnits, *bytes.Buffer) {
+	t.Helper()
+	m, err := policy.New(policy.Config{Timing: testTiming, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, units, logs, off := &fakeStore{t: t}, &fakeUnits{}, &bytes.Buffer{}, &fakeOffset{}
+	s := New("demo", []string{"demo.service"}, "node-a", m, store, units, SuspendClock(off.read), logging.Text(logs, slog.LevelDebug))
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	s.Start(ctx)
+	time.Sleep(20 * time.Second)
+	synctest.Wait()
+	if running, _, _ := units.state(); !running || !s.Holding() {
+		t.Fatal("not leading after 20s")
+	}
+	store.steal()
+	off.suspend(time.Hour)
+	return s, units, logs
 }
 
 // timedStore records when each successful renewal was sent (the fake
