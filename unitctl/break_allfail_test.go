@@ -1,6 +1,7 @@
 package unitctl
 
-// Review tests of 9d15a63 (the SIGKILL sent with the target all-fail).
+// A helper's attempts to break 9d15a63 (the SIGKILL sent with the
+// target all-fail).
 
 import (
 	"errors"
@@ -15,9 +16,7 @@ import (
 )
 
 // killFake is a unit whose cgroup holds one process (while alive) and a
-// KillUnit that follows a script: answers[i] decides the i-th call
-// (after the signal, if any, was delivered: deliver reports whether it
-// reaches the cgroup).
+// KillUnit that follows each test's script (serve).
 type killFake struct {
 	mu    sync.Mutex
 	alive bool
@@ -29,6 +28,44 @@ func (k *killFake) snapshot() ([]string, int, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return append([]string(nil), k.whos...), k.hits, k.alive
+}
+
+// serve exports on f a GetUnitProcesses that lists the process while it
+// is alive, and a KillUnit that records each target asked, answers
+// refuse's error (the signal not sent) if it gives one, else delivers
+// the signal (a SIGKILL ends the process) and answers after's.
+// call counts the KillUnit calls from 1.
+func (k *killFake) serve(t *testing.T, f *fakeSystemd, unit string, pid uint32,
+	refuse func(call int, who string) *dbus.Error, after func(call int, who string, reached bool) *dbus.Error) {
+	m := f.manager()
+	m["GetUnitProcesses"] = func(name string) ([]fakeProcess, *dbus.Error) {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.alive {
+			return []fakeProcess{{Cgroup: "/system.slice/" + unit, PID: pid, Command: "/bin/sleep 86420"}}, nil
+		}
+		return []fakeProcess{}, nil
+	}
+	m["KillUnit"] = func(name, who string, sig int32) *dbus.Error {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.whos = append(k.whos, who)
+		if refuse != nil {
+			if err := refuse(len(k.whos), who); err != nil {
+				return err
+			}
+		}
+		reached := k.alive && sig == 9
+		if reached {
+			k.alive = false
+			k.hits++
+		}
+		if after != nil {
+			return after(len(k.whos), who, reached)
+		}
+		return nil
+	}
+	f.export(t, m)
 }
 
 // TestBreakAllFailRetriedAfterALostAnswerSaysMissed: a stopped unit with
@@ -48,25 +85,8 @@ func TestBreakAllFailRetriedAfterALostAnswerSaysMissed(t *testing.T) {
 	const unit = "reexec.service"
 	f.set(unit, "failed", 0, "")
 	k := &killFake{alive: true}
-	m := f.manager()
-	m["GetUnitProcesses"] = func(name string) ([]fakeProcess, *dbus.Error) {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if k.alive {
-			return []fakeProcess{{Cgroup: "/system.slice/" + unit, PID: 4250, Command: "/bin/sleep 86420"}}, nil
-		}
-		return []fakeProcess{}, nil
-	}
-	m["KillUnit"] = func(name, who string, sig int32) *dbus.Error {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		k.whos = append(k.whos, who)
-		reached := k.alive && sig == 9
-		if reached {
-			k.alive = false
-			k.hits++
-		}
-		switch len(k.whos) {
+	k.serve(t, f, unit, 4250, nil, func(call int, who string, reached bool) *dbus.Error {
+		switch call {
 		case 1: // delivered; systemd re-executes before answering
 			return dbus.NewError("org.freedesktop.DBus.Error.NoReply", []any{"Message recipient disconnected from message bus without replying"})
 		case 2: // systemd not on the bus yet
@@ -76,8 +96,7 @@ func TestBreakAllFailRetriedAfterALostAnswerSaysMissed(t *testing.T) {
 			return dbus.NewError(noSuchProcess, []any{"No matching processes to kill"})
 		}
 		return nil
-	}
-	f.export(t, m)
+	})
 	lg := &logs{}
 	s := dialFake(t, lg)
 	var killed atomic.Bool
@@ -101,29 +120,12 @@ func TestBreakAllFailTransientFallsThroughToAll(t *testing.T) {
 	const unit = "limits.service"
 	f.set(unit, "failed", 0, "")
 	k := &killFake{alive: true}
-	m := f.manager()
-	m["GetUnitProcesses"] = func(name string) ([]fakeProcess, *dbus.Error) {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if k.alive {
-			return []fakeProcess{{Cgroup: "/system.slice/" + unit, PID: 4251, Command: "/bin/sleep 86421"}}, nil
-		}
-		return []fakeProcess{}, nil
-	}
-	m["KillUnit"] = func(name, who string, sig int32) *dbus.Error {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		k.whos = append(k.whos, who)
+	k.serve(t, f, unit, 4251, func(_ int, who string) *dbus.Error {
 		if who == "all-fail" {
 			return dbus.NewError("org.freedesktop.DBus.Error.LimitsExceeded", []any{"too many replies"})
 		}
-		if k.alive && sig == 9 {
-			k.alive = false
-			k.hits++
-		}
 		return nil
-	}
-	f.export(t, m)
+	}, nil)
 	s := dialFake(t, nil)
 	var killed atomic.Bool
 	if err := s.Stop(OnKilled(ctxFor(t, 30*time.Second), func() { killed.Store(true) }), unit, 10*time.Second); err != nil {
@@ -147,26 +149,16 @@ func TestBreakAllFailTransientFallsThroughToAll(t *testing.T) {
 func TestBreakAllFailRefusedThenTransientRetriesWithAll(t *testing.T) {
 	f := newFakeSystemd(t)
 	const unit = "old2.service"
-	f.export(t, f.manager())
 	k := &killFake{alive: true}
-	m := f.manager()
-	m["KillUnit"] = func(name, who string, sig int32) *dbus.Error {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		k.whos = append(k.whos, who)
+	k.serve(t, f, unit, 4252, func(call int, who string) *dbus.Error {
 		if who == "all-fail" {
 			return dbus.NewError(invalidArgs, []any{"Invalid who argument " + who})
 		}
-		if len(k.whos) == 2 {
+		if call == 2 {
 			return dbus.NewError("org.freedesktop.DBus.Error.NoReply", []any{"no reply"})
 		}
-		if k.alive && sig == 9 {
-			k.alive = false
-			k.hits++
-		}
 		return nil
-	}
-	f.export(t, m)
+	}, nil)
 	s := dialFake(t, nil)
 	ctx := ctxFor(t, 10*time.Second)
 	err := s.with(ctx, func(c *sd.Conn) error { return s.killAll(ctx, c, unit) })
