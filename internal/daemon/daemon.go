@@ -132,7 +132,8 @@ type Daemon struct {
 	intents  map[string]string      // why the daemon moves a lease (history.go)
 	noted    map[string]int         // the failure counts last noted in Redis
 
-	notes noteLine // the history notes waiting to be written (history.go)
+	notes  noteLine // the history notes waiting to be written (history.go)
+	nudges workLine // the nudged standbys waiting to step (watch.go)
 
 	mu   sync.Mutex
 	sups map[string]*running // by lease

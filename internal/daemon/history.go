@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/unitlease/unitlease/policy"
@@ -22,58 +21,24 @@ const historyWait = 5 * time.Second
 const noteWriters = 4
 
 // noteLine is the history notes waiting to be written to Redis (the
-// release and transition notes, the failure counts), as data: at most
-// noteWriters goroutines write them, each note within historyWait of
+// release and transition notes, the failure counts): at most noteWriters
+// goroutines write them (a workLine), each note within historyWait of
 // when it was made (a note that waited longer fails at once: notes are
 // best effort). A goroutine for each note, as before, made 5,000 at once
 // when a daemon starting with 5,000 leases acquired them within seconds,
 // about 1,850 of them waiting on Redis together, and the runtime keeps
 // every goroutine descriptor it ever made (0.9 MB for the process's
 // life, in a heap profile).
-type noteLine struct {
-	mu      sync.Mutex
-	q       []note
-	writers int
-}
+type noteLine struct{ workLine }
 
-type note struct {
-	by    time.Time // made + historyWait
-	write func(ctx context.Context)
-}
-
-// add puts a note in the line, and a writer to it if fewer than
-// noteWriters are at work.
+// add puts a note in the line.
 func (l *noteLine) add(write func(ctx context.Context)) {
-	l.mu.Lock()
-	l.q = append(l.q, note{by: time.Now().Add(historyWait), write: write})
-	start := l.writers < noteWriters
-	if start {
-		l.writers++
-	}
-	l.mu.Unlock()
-	if start {
-		go l.drain()
-	}
-}
-
-// drain writes notes until the line is empty.
-func (l *noteLine) drain() {
-	for {
-		l.mu.Lock()
-		if len(l.q) == 0 {
-			l.writers--
-			l.q = nil // an empty line keeps no array
-			l.mu.Unlock()
-			return
-		}
-		n := l.q[0]
-		l.q[0] = note{}
-		l.q = l.q[1:]
-		l.mu.Unlock()
-		ctx, cancel := context.WithDeadline(context.Background(), n.by)
-		n.write(ctx)
-		cancel()
-	}
+	by := time.Now().Add(historyWait)
+	l.workLine.add(noteWriters, func() {
+		ctx, cancel := context.WithDeadline(context.Background(), by)
+		defer cancel()
+		write(ctx)
+	})
 }
 
 // intend notes why the daemon is about to move lease (drain, failback,

@@ -52,8 +52,8 @@ func TestNoteLineWritesEveryNoteFewAtATime(t *testing.T) {
 		synctest.Wait()
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.writers != 0 || l.q != nil {
-			t.Fatalf("after the burst: %d writers, a line of %d (array kept: %t)", l.writers, len(l.q), l.q != nil)
+		if l.workers != 0 || l.q != nil {
+			t.Fatalf("after the burst: %d workers, a line of %d (array kept: %t)", l.workers, len(l.q), l.q != nil)
 		}
 	})
 }

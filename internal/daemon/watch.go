@@ -66,7 +66,7 @@ func (d *Daemon) wakeups(ctx context.Context, leases []string) {
 		}
 		if w.Resync {
 			for _, s := range d.supervisors() {
-				s.Nudge()
+				s.NudgeVia(d.nudgeLater)
 			}
 			continue
 		}
@@ -74,7 +74,7 @@ func (d *Daemon) wakeups(ctx context.Context, leases []string) {
 		r := d.sups[w.Lease] // a lookup, not a scan: thousands of acquisitions at a start each wake
 		d.mu.Unlock()
 		if r != nil {
-			r.sup.Nudge()
+			r.sup.NudgeVia(d.nudgeLater)
 		}
 	}
 }
@@ -139,3 +139,17 @@ func (d *Daemon) daemonUnit() string {
 	}
 	return "unitlease.service"
 }
+
+// nudgeWorkers is how many nudged standbys step at once. A nudge's step
+// is an observation, one Redis read, and the acquisition that may follow
+// (a start waits in systemd's line, not in this one). A resubscription
+// nudges every standby: thousands together on a node that watches
+// thousands of leases another node holds, and a goroutine each, as
+// before, had one Redis read per lease in flight at once and left their
+// descriptors to the runtime for the process's life. A nudge is a
+// hurry, never needed: each standby polls on its own.
+const nudgeWorkers = 8
+
+// nudgeLater puts a nudged supervisor's step in the daemon's line of
+// nudges.
+func (d *Daemon) nudgeLater(step func()) { d.nudges.add(nudgeWorkers, step) }

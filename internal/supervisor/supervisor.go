@@ -486,14 +486,38 @@ func (s *Supervisor) Wake() {
 // has not seen yet: its timer runs late by as long as the machine slept)
 // is nudged as before: the step acts on its deadline at once, as its
 // timer would have.
-func (s *Supervisor) Nudge() {
-	if p := s.status.Load(); p != nil && p.holding && !s.overdue() {
+func (s *Supervisor) Nudge() { s.NudgeVia(goNow) }
+
+// goNow runs f on a goroutine of its own.
+func goNow(f func()) { go f() }
+
+// NudgeVia is Nudge whose step runs where run puts it: a caller that
+// nudges thousands of standbys together (a resubscription's resync)
+// puts the steps in a line that a few goroutines work through, not one
+// goroutine each. run must not call the step before it returns, and it
+// must call it: until then, nudges of this supervisor are that one.
+// Only a holder whose wake-up is overdue does not wait in the line: its
+// step runs at once on a goroutine of its own, as with Nudge, since it
+// may stop the unit of a lease that expired while the machine slept.
+func (s *Supervisor) NudgeVia(run func(step func())) {
+	holding := false
+	if p := s.status.Load(); p != nil && p.holding {
+		if !s.overdue() {
+			return
+		}
+		holding = true
+	}
+	if !s.nudged.CompareAndSwap(false, true) {
 		return
 	}
-	if s.nudged.CompareAndSwap(false, true) {
-		go s.deliver(policy.Event{Kind: policy.Nudge})
+	if holding {
+		run = goNow
 	}
+	run(s.nudge)
 }
+
+// nudge steps a Nudge and carries out what it asks.
+func (s *Supervisor) nudge() { s.deliver(policy.Event{Kind: policy.Nudge}) }
 
 // overdue reports whether the supervisor's wake-up has come on its
 // clock and no step has taken it yet.
