@@ -932,17 +932,8 @@ func TestNudgeOfAHolderTakesNoGoroutine(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		u := &bsqUnits{}
-		s := demoSupervisor(t, []string{"demo.service"}, &fakeStore{t: t, noRelease: true}, u, bsqQuiet())
-		s.SetEligibleSoon(false)
-		defer s.Launch(context.WithoutCancel(t.Context()))()
-		synctest.Wait()
-		u.next(t, nil)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
-		if st := s.Status(); st.Holding || st.Role != "standby" {
-			t.Fatalf("an ineligible supervisor after its startup stop: %+v; want a standby", st)
-		}
+		s, end := ineligibleStandby(t)
+		defer end()
 		s.mu.Lock()
 		s.Nudge()
 		nudged := s.nudged.Load()

@@ -7,6 +7,25 @@ import (
 	"time"
 )
 
+// ineligibleStandby launches, in a synctest bubble, a supervisor of
+// demo.service that may not lead, and returns it a standby once its
+// startup stop went through.
+func ineligibleStandby(t *testing.T) (*Supervisor, func()) {
+	t.Helper()
+	u := &bsqUnits{}
+	s := demoSupervisor(t, []string{"demo.service"}, &fakeStore{t: t, noRelease: true}, u, bsqQuiet())
+	s.SetEligibleSoon(false)
+	end := s.Launch(context.WithoutCancel(t.Context()))
+	synctest.Wait()
+	u.next(t, nil)
+	time.Sleep(30 * time.Second)
+	synctest.Wait()
+	if st := s.Status(); st.Holding || st.Role != "standby" {
+		t.Fatalf("an ineligible supervisor after its startup stop: %+v; want a standby", st)
+	}
+	return s, end
+}
+
 // TestNudgeViaPutsAStandbysStepWhereTheCallerSays: a standby's nudged
 // step runs where the caller puts it (the daemon's line of nudges), and
 // nudges until it ran are that one; a holder takes none; a holder whose
@@ -16,17 +35,8 @@ func TestNudgeViaPutsAStandbysStepWhereTheCallerSays(t *testing.T) {
 	var lined []func()
 	line := func(step func()) { lined = append(lined, step) }
 	synctest.Test(t, func(t *testing.T) {
-		u := &bsqUnits{}
-		s := demoSupervisor(t, []string{"demo.service"}, &fakeStore{t: t, noRelease: true}, u, bsqQuiet())
-		s.SetEligibleSoon(false)
-		defer s.Launch(context.WithoutCancel(t.Context()))()
-		synctest.Wait()
-		u.next(t, nil)
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
-		if st := s.Status(); st.Holding || st.Role != "standby" {
-			t.Fatalf("an ineligible supervisor after its startup stop: %+v; want a standby", st)
-		}
+		s, end := ineligibleStandby(t)
+		defer end()
 		lined = nil
 		s.NudgeVia(line)
 		s.NudgeVia(line)
