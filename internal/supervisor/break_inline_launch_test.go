@@ -925,7 +925,7 @@ func TestNudgeOfAHolderTakesNoGoroutine(t *testing.T) {
 		defer end()
 		s.mu.Lock()
 		s.Nudge()
-		nudged := s.nudged.Load()
+		nudged := s.nudgePending()
 		s.mu.Unlock()
 		if nudged {
 			t.Fatal("a nudge of the supervisor that holds the lease started a step")
@@ -936,7 +936,7 @@ func TestNudgeOfAHolderTakesNoGoroutine(t *testing.T) {
 		defer end()
 		s.mu.Lock()
 		s.Nudge()
-		nudged := s.nudged.Load()
+		nudged := s.nudgePending()
 		s.mu.Unlock()
 		if !nudged {
 			t.Fatal("a nudge of a standby started no step")

@@ -44,7 +44,7 @@ func TestNudgeViaPutsAStandbysStepWhereTheCallerSays(t *testing.T) {
 			t.Fatalf("two nudges of a standby put %d steps in the line; want one", len(lined))
 		}
 		lined[0]()
-		if s.nudged.Load() {
+		if s.nudgePending() {
 			t.Fatal("the nudge's step ran and a nudge is still on its way")
 		}
 		s.NudgeVia(line)
@@ -58,8 +58,8 @@ func TestNudgeViaPutsAStandbysStepWhereTheCallerSays(t *testing.T) {
 		s, end := bsqLeading(t, &fakeStore{t: t, noRelease: true}, &bsqUnits{})
 		defer end()
 		s.NudgeVia(line)
-		if len(lined) != 0 || s.nudged.Load() {
-			t.Fatalf("a nudge of a holder: %d steps lined, nudged %t; want none", len(lined), s.nudged.Load())
+		if len(lined) != 0 || s.nudgePending() {
+			t.Fatalf("a nudge of a holder: %d steps lined, nudged %t; want none", len(lined), s.nudgePending())
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {

@@ -142,7 +142,7 @@ type Supervisor struct {
 	started bool            // Start ran: s.ctx and s.timer are set; guarded by mu
 	ended   bool            // the supervisor ended: events are dropped; guarded by mu
 
-	nudged      atomic.Bool                 // a nudge is on its way to a step
+	nudges      atomic.Uint32               // the nudges on their way to a step: nudgeLined, nudgeNow
 	ineligible  atomic.Bool                 // the last SetEligible said no
 	eligibility atomic.Bool                 // SetEligibleSoon changed ineligible: the next deliver steps it
 	withdrawn   atomic.Bool                 // the last SetWithdrawn said yes (or the machine began withdrawn)
@@ -404,8 +404,10 @@ func (s *Supervisor) step(ev policy.Event, out *policy.Output) bool {
 	defer s.mu.Unlock()
 	if ev.Kind == policy.Nudge {
 		// Taken: a nudge from now on asks again. Cleared here, not
-		// before waiting for mu, so that nudges while a step hangs are one.
-		s.nudged.Store(false)
+		// before waiting for mu, so that nudges while a step hangs are
+		// one. Both kinds: this step observes for the other too, which
+		// only makes a nudge still in the line the work of nothing.
+		s.nudges.Store(0)
 	}
 	now := s.clock()
 	if !s.started || s.ended || (ev.Kind == policy.Tick && now < s.wake) {
@@ -482,42 +484,52 @@ func (s *Supervisor) Wake() {
 // 5,000 goroutines together at 5,000 leases, whose descriptors the
 // runtime keeps for the process's life. A nudge is only a hurry: a
 // supervisor that stops holding polls, and nothing waits on a nudge.
-// But a holder whose wake-up is overdue (a resume that the suspend check
-// has not seen yet: its timer runs late by as long as the machine slept)
-// is nudged as before: the step acts on its deadline at once, as its
-// timer would have.
+// But a supervisor whose wake-up is overdue (a resume that the suspend
+// check has not seen yet: its timer runs late by as long as the machine
+// slept), a holder included, is nudged as before: the step acts on its
+// deadline at once, as its timer would have.
 func (s *Supervisor) Nudge() { s.NudgeVia(goNow) }
 
 // goNow runs f on a goroutine of its own.
 func goNow(f func()) { go f() }
+
+// The kinds of nudge on their way (Supervisor.nudges): each kind is one
+// at a time.
+const (
+	nudgeLined uint32 = 1 << iota // a step that run (NudgeVia) took
+	nudgeNow                      // a step of an overdue supervisor, on a goroutine of its own
+)
 
 // NudgeVia is Nudge whose step runs where run puts it: a caller that
 // nudges thousands of standbys together (a resubscription's resync)
 // puts the steps in a line that a few goroutines work through, not one
 // goroutine each. run must not call the step before it returns, and it
 // must call it: until then, nudges of this supervisor are that one.
-// Only a holder whose wake-up is overdue does not wait in the line: its
-// step runs at once on a goroutine of its own, as with Nudge, since it
-// may stop the unit of a lease that expired while the machine slept.
+// Only a supervisor whose wake-up is overdue does not wait in the line,
+// nor for a step of its own still in it: its step runs at once on a
+// goroutine of its own, as with Nudge, since it may stop the unit of a
+// lease that expired while the machine slept (a holder's, or a retry of
+// a stop that failed).
 func (s *Supervisor) NudgeVia(run func(step func())) {
-	holding := false
-	if p := s.status.Load(); p != nil && p.holding {
-		if !s.overdue() {
-			return
+	if s.overdue() {
+		if s.nudges.Or(nudgeNow)&nudgeNow == 0 {
+			go s.nudge()
 		}
-		holding = true
-	}
-	if !s.nudged.CompareAndSwap(false, true) {
 		return
 	}
-	if holding {
-		run = goNow
+	if p := s.status.Load(); p != nil && p.holding {
+		return
 	}
-	run(s.nudge)
+	if s.nudges.Or(nudgeLined)&nudgeLined == 0 {
+		run(s.nudge)
+	}
 }
 
 // nudge steps a Nudge and carries out what it asks.
 func (s *Supervisor) nudge() { s.deliver(policy.Event{Kind: policy.Nudge}) }
+
+// nudgePending reports whether a nudge is on its way to a step.
+func (s *Supervisor) nudgePending() bool { return s.nudges.Load() != 0 }
 
 // overdue reports whether the supervisor's wake-up has come on its
 // clock and no step has taken it yet.
