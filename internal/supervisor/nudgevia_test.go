@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// nudgePending reports whether a nudge is on its way to a step.
+func (s *Supervisor) nudgePending() bool { return s.nudges.Load() != 0 }
+
 // ineligibleStandby launches, in a synctest bubble, a supervisor of
 // demo.service that may not lead, and returns it a standby once its
 // startup stop went through.

@@ -528,9 +528,6 @@ func (s *Supervisor) NudgeVia(run func(step func())) {
 // nudge steps a Nudge and carries out what it asks.
 func (s *Supervisor) nudge() { s.deliver(policy.Event{Kind: policy.Nudge}) }
 
-// nudgePending reports whether a nudge is on its way to a step.
-func (s *Supervisor) nudgePending() bool { return s.nudges.Load() != 0 }
-
 // overdue reports whether the supervisor's wake-up has come on its
 // clock and no step has taken it yet.
 func (s *Supervisor) overdue() bool {
