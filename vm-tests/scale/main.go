@@ -17,7 +17,11 @@
 // start until every unit is active, the floor for that (systemd's own time
 // plus one lease span and the confirm wait: a cold cluster has no record),
 // how long until the daemon reported READY=1, its RSS and CPU, the Redis
-// commands, and the stop_failed events of its start.
+// commands, and the stop_failed events of its start. Both starts are
+// bound by the machine's CPU: each size also shows the machine's busy
+// time per unit over systemd's start with a process before each unit,
+// and over the daemon's start (all of it, and its starts from the first
+// unit active on).
 //
 //	go run ./vm-tests/scale [-leases 1000[,2000,5000]] [-measure 1m] [-scrape-every 5s]
 package main
@@ -140,13 +144,18 @@ type point struct {
 	// systemd alone, each unit with an ExecStartPre=/bin/true: a process
 	// before each start, as the guard of a managed unit is
 	preStart, preStop time.Duration
-	ready             time.Duration // `systemctl start unitlease.service`: until READY=1
-	held              time.Duration // from the daemon's start until every unit is active
-	rss, cpu          float64       // unscraped: median MB, % of a core
-	peak              float64       // MB: the largest RSS since the daemon started (VmHWM), the start's included
-	commands          float64       // Redis commands per second
-	stopFailed        int           // stop_failed events since the daemon started
-	err               error         // the size could not be measured
+	// the machine's CPU over that start, and over the daemon's start
+	// until every unit is active (cpuCost): until a first unit was seen
+	// active (its discovery, the lease span), and from then on (the starts)
+	preCPU, startCPU   cpuCost
+	prepCPU, startsCPU cpuCost
+	ready              time.Duration // `systemctl start unitlease.service`: until READY=1
+	held               time.Duration // from the daemon's start until every unit is active
+	rss, cpu           float64       // unscraped: median MB, % of a core
+	peak               float64       // MB: the largest RSS since the daemon started (VmHWM), the start's included
+	commands           float64       // Redis commands per second
+	stopFailed         int           // stop_failed events since the daemon started
+	err                error         // the size could not be measured
 }
 
 // measureSize boots a node with leases units and a Redis of its own and
@@ -172,10 +181,14 @@ func measureSize(ctx context.Context, redisDir string, bin vmtests.Programs, ser
 	if err := install(ctx, n, bin, service, redis.Addr(), metricsAddr, leases); err != nil {
 		return p, err
 	}
-	if p.systemdStart, p.systemdStop, err = systemdAlone(ctx, n, leases); err != nil {
+	if p.systemdStart, p.systemdStop, _, err = systemdAlone(ctx, n, leases); err != nil {
 		return p, err
 	}
-	if p.preStart, p.preStop, err = systemdAloneWithPre(ctx, n, leases); err != nil {
+	if p.preStart, p.preStop, p.preCPU, err = systemdAloneWithPre(ctx, n, leases); err != nil {
+		return p, err
+	}
+	before, err := markCPU(ctx, n)
+	if err != nil {
 		return p, err
 	}
 	start := time.Now()
@@ -183,7 +196,8 @@ func measureSize(ctx context.Context, redisDir string, bin vmtests.Programs, ser
 		return p, fmt.Errorf("start unitlease: %v: %s", err, stderr)
 	}
 	p.ready = time.Since(start)
-	if err := waitAllActive(ctx, n, leases, max(5*time.Minute, time.Duration(leases)*200*time.Millisecond)); err != nil {
+	var first cpuMark
+	if err := waitAllActive(ctx, n, leases, max(5*time.Minute, time.Duration(leases)*200*time.Millisecond), &first); err != nil {
 		// What the daemon said is what explains it.
 		out, _, _ := n.Run(ctx, "sh", "-c", "journalctl --no-pager -o short-monotonic -u unitlease.service -p warning | tail -n 40; "+
 			"journalctl --no-pager -o cat -u unitlease.service --output-fields=UNITLEASE_EVENT -o export | grep '^UNITLEASE_EVENT=' | sort | uniq -c")
@@ -191,6 +205,14 @@ func measureSize(ctx context.Context, redisDir string, bin vmtests.Programs, ser
 		return p, err
 	}
 	p.held = time.Since(start)
+	after, err := markCPU(ctx, n)
+	if err != nil {
+		return p, err
+	}
+	p.startCPU = after.since(before)
+	if first.total != 0 {
+		p.prepCPU, p.startsCPU = first.since(before), after.since(first)
+	}
 	// The steady state: once its STATUS= stays the same over a status
 	// period (15 watchdog checks: 10 s with WatchdogSec=2s), the daemon
 	// hands the start's free memory back and sets its GC target for its
@@ -209,23 +231,33 @@ const unitNames = `$(for i in $(seq -w 1 "$N"); do echo scale-$i.service; done)`
 // systemdAlone starts every scale unit with one `systemctl start` (one
 // transaction, no drop-ins yet: the daemon has not run) and stops them
 // with one `systemctl stop`, and times both: the floor of what any
-// manager of these units can do on this machine.
-func systemdAlone(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, err error) {
+// manager of these units can do on this machine. cost is the machine's
+// CPU over the start.
+func systemdAlone(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, cost cpuCost, err error) {
 	for _, op := range []string{"start", "stop"} {
+		before, err := markCPU(ctx, n)
+		if err != nil {
+			return 0, 0, cost, err
+		}
 		t := time.Now()
 		if _, stderr, err := n.Run(ctx, "env", fmt.Sprint("N=", leases), "sh", "-c", "systemctl "+op+" "+unitNames); err != nil {
-			return 0, 0, fmt.Errorf("systemctl %s of the units: %v: %s", op, err, stderr)
+			return 0, 0, cost, fmt.Errorf("systemctl %s of the units: %v: %s", op, err, stderr)
 		}
 		if op == "start" {
 			start = time.Since(t)
-			if err := waitAllActive(ctx, n, leases, time.Minute); err != nil {
-				return 0, 0, err
+			after, err := markCPU(ctx, n)
+			if err != nil {
+				return 0, 0, cost, err
+			}
+			cost = after.since(before)
+			if err := waitAllActive(ctx, n, leases, time.Minute, nil); err != nil {
+				return 0, 0, cost, err
 			}
 		} else {
 			stop = time.Since(t)
 		}
 	}
-	return start, stop, nil
+	return start, stop, cost, nil
 }
 
 // preDropIn gives every scale unit an ExecStartPre=/bin/true (a drop-in
@@ -236,16 +268,85 @@ const preDropIn = "/etc/systemd/system/scale-.service.d"
 // as the guard (ExecStartPre=unitlease guard) of every managed unit runs:
 // systemd forks twice for each start. The drop-in is removed again before
 // the daemon runs.
-func systemdAloneWithPre(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, err error) {
+func systemdAloneWithPre(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, cost cpuCost, err error) {
 	set := "mkdir -p " + preDropIn + " && printf '[Service]\\nExecStartPre=/bin/true\\n' > " + preDropIn + "/pre.conf && systemctl daemon-reload"
 	if _, stderr, err := n.Run(ctx, "sh", "-c", set); err != nil {
-		return 0, 0, fmt.Errorf("writing the ExecStartPre= drop-in: %v: %s", err, stderr)
+		return 0, 0, cost, fmt.Errorf("writing the ExecStartPre= drop-in: %v: %s", err, stderr)
 	}
-	start, stop, err = systemdAlone(ctx, n, leases)
+	start, stop, cost, err = systemdAlone(ctx, n, leases)
 	if _, stderr, rerr := n.Run(ctx, "sh", "-c", "rm -rf "+preDropIn+" && systemctl daemon-reload"); rerr != nil && err == nil {
 		err = fmt.Errorf("removing the ExecStartPre= drop-in: %v: %s", rerr, stderr)
 	}
-	return start, stop, err
+	return start, stop, cost, err
+}
+
+// cpuMark is the machine's CPU time so far, in clock ticks (USER_HZ, 100
+// a second): all its cores' busy and total time, and the node's systemd
+// (PID 1), its own and its reaped processes'. A container's /proc/stat
+// is the machine's.
+type cpuMark struct {
+	busy, total, pid1, reaped int64
+}
+
+// cpuCost is what the machine's CPU did between two marks.
+type cpuCost struct {
+	busy, total, pid1, reaped int64
+}
+
+func (a cpuMark) since(b cpuMark) cpuCost {
+	return cpuCost{busy: a.busy - b.busy, total: a.total - b.total, pid1: a.pid1 - b.pid1, reaped: a.reaped - b.reaped}
+}
+
+// markCPU reads the node's machine-wide CPU counters and its PID 1's.
+func markCPU(ctx context.Context, n *vmtests.Node) (cpuMark, error) {
+	out, _, err := n.Run(ctx, "sh", "-c", "head -n 1 /proc/stat; cut -d' ' -f14-17 /proc/1/stat")
+	if err != nil {
+		return cpuMark{}, fmt.Errorf("reading the CPU counters: %v", err)
+	}
+	var m cpuMark
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "cpu ") {
+		return m, fmt.Errorf("reading the CPU counters: %q", out)
+	}
+	var f []int64
+	for _, w := range strings.Fields(lines[0])[1:] {
+		v, err := strconv.ParseInt(w, 10, 64)
+		if err != nil {
+			return m, fmt.Errorf("reading /proc/stat: %q: %v", lines[0], err)
+		}
+		f = append(f, v)
+	}
+	if len(f) < 8 {
+		return m, fmt.Errorf("reading /proc/stat: %q: fewer than 8 counters", lines[0])
+	}
+	// user nice system idle iowait irq softirq steal
+	m.busy = f[0] + f[1] + f[2] + f[5] + f[6] + f[7]
+	m.total = m.busy + f[3] + f[4]
+	var ut, st, cut, cst int64
+	if _, err := fmt.Sscanf(lines[1], "%d %d %d %d", &ut, &st, &cut, &cst); err != nil {
+		return m, fmt.Errorf("reading /proc/1/stat: %q: %v", lines[1], err)
+	}
+	m.pid1, m.reaped = ut+st, cut+cst
+	return m, nil
+}
+
+// perUnit is c's CPU time spread over units: the machine's busy time,
+// systemd's and its reaped processes', in milliseconds per unit, and how
+// busy the machine's cores were on average.
+func (c cpuCost) perUnit(units int) string {
+	ms := func(ticks int64) float64 { return float64(ticks) * 10 / float64(units) }
+	return fmt.Sprintf("%.1f CPU-ms per unit, the cores %.0f%% busy (systemd %.1f ms, the processes it reaped %.1f ms)", ms(c.busy), c.busyShare(), ms(c.pid1), ms(c.reaped))
+}
+
+// msPerUnit is the machine's busy time over c, in milliseconds per unit.
+func (c cpuCost) msPerUnit(units int) float64 { return float64(c.busy) * 10 / float64(units) }
+
+// busyShare is how busy the machine's cores were over c, in percent.
+func (c cpuCost) busyShare() float64 {
+	if c.total == 0 {
+		return 0
+	}
+	return 100 * float64(c.busy) / float64(c.total)
 }
 
 // curve prints every size's figures side by side.
@@ -256,19 +357,20 @@ func curve(points []point) error {
 	}
 	fmt.Printf("\nthe curve (retry %v, lease span %v, confirm wait %v)\n", tm.Retry, tm.LeaseSpan, tm.ConfirmWait())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "leases\tsystemd alone: start, stop\tfloor: + lease span + confirm\tunitlease: all active\tratio to floor\twith a process before each start: start\tits floor\tratio to it\tREADY after\tRSS median\tpeak RSS\tCPU\tCPU per 1,000\tRedis commands\tstop_failed at start\t")
+	fmt.Fprintln(tw, "leases\tsystemd alone: start, stop\tfloor: + lease span + confirm\tunitlease: all active\tratio to floor\twith a process before each start: start\tits floor\tratio to it\tmachine CPU-ms per unit: all, the starts, systemd's\tREADY after\tRSS median\tpeak RSS\tCPU\tCPU per 1,000\tRedis commands\tstop_failed at start\t")
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 	for _, p := range points {
 		floor := p.systemdStart + tm.LeaseSpan + tm.ConfirmWait()
 		preFloor := p.preStart + tm.LeaseSpan + tm.ConfirmWait()
 		if p.err != nil {
-			fmt.Fprintf(tw, "%d\t%v, %v\t%v\tnot measured: %v\t\t%v\t%v\t\t\t\t\t\t\t\t\t\n", p.leases,
+			fmt.Fprintf(tw, "%d\t%v, %v\t%v\tnot measured: %v\t\t%v\t%v\t\t\t\t\t\t\t\t\t\t\n", p.leases,
 				r(p.systemdStart), r(p.systemdStop), r(floor), p.err, r(p.preStart), r(preFloor))
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%v, %v\t%v\t%v\t%.2f\t%v\t%v\t%.2f\t%v\t%.1f MB\t%.1f MB\t%.2f%%\t%.2f%%\t%.0f/s\t%d\t\n", p.leases,
+		fmt.Fprintf(tw, "%d\t%v, %v\t%v\t%v\t%.2f\t%v\t%v\t%.2f\t%.1f, %.1f, %.1f\t%v\t%.1f MB\t%.1f MB\t%.2f%%\t%.2f%%\t%.0f/s\t%d\t\n", p.leases,
 			r(p.systemdStart), r(p.systemdStop), r(floor), r(p.held), p.held.Seconds()/floor.Seconds(),
-			r(p.preStart), r(preFloor), p.held.Seconds()/preFloor.Seconds(), r(p.ready),
+			r(p.preStart), r(preFloor), p.held.Seconds()/preFloor.Seconds(),
+			p.startCPU.msPerUnit(p.leases), p.startsCPU.msPerUnit(p.leases), p.preCPU.msPerUnit(p.leases), r(p.ready),
 			p.rss, p.peak, p.cpu, p.cpu*1000/float64(p.leases), p.commands, p.stopFailed)
 	}
 	return tw.Flush()
@@ -330,12 +432,19 @@ func install(ctx context.Context, n *vmtests.Node, bin vmtests.Programs, service
 	return nil
 }
 
-// waitAllActive polls systemd until every scale unit runs.
-func waitAllActive(ctx context.Context, n *vmtests.Node, leases int, limit time.Duration) error {
+// waitAllActive polls systemd until every scale unit runs. If first is
+// not nil, it is set to the CPU counters at the first poll that finds a
+// unit active.
+func waitAllActive(ctx context.Context, n *vmtests.Node, leases int, limit time.Duration, first *cpuMark) error {
 	deadline := time.Now().Add(limit)
 	for {
 		out, _, _ := n.Run(ctx, "sh", "-c", "systemctl list-units --state=active --no-legend 'scale-*.service' | wc -l")
 		got, _ := strconv.Atoi(strings.TrimSpace(out))
+		if got > 0 && first != nil && first.total == 0 {
+			if m, err := markCPU(ctx, n); err == nil {
+				*first = m
+			}
+		}
 		if got == leases {
 			return nil
 		}
@@ -524,6 +633,10 @@ func report(ctx context.Context, n *vmtests.Node, redis *redistest.Server, p *po
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "systemd alone, one transaction\tstarts the %d units in %v, stops them in %v\n", leases, p.systemdStart.Round(100*time.Millisecond), p.systemdStop.Round(100*time.Millisecond))
 	fmt.Fprintf(tw, "the same, with ExecStartPre=/bin/true each\tstarts them in %v, stops them in %v (a process before each start, as the guard)\n", p.preStart.Round(100*time.Millisecond), p.preStop.Round(100*time.Millisecond))
+	fmt.Fprintf(tw, "the machine's CPU over systemd's start with a process before each\t%s\n", p.preCPU.perUnit(leases))
+	fmt.Fprintf(tw, "the machine's CPU from the daemon's start until all active\t%s; %.2f times systemd's own\n", p.startCPU.perUnit(leases), ratio(p.startCPU.busy, p.preCPU.busy))
+	fmt.Fprintf(tw, "  until a first unit was active\t%s\n", p.prepCPU.perUnit(leases))
+	fmt.Fprintf(tw, "  from then until all active (the starts)\t%s; %.2f times systemd's own\n", p.startsCPU.perUnit(leases), ratio(p.startsCPU.busy, p.preCPU.busy))
 	fmt.Fprintf(tw, "READY=1 after\t%v\n", p.ready.Round(100*time.Millisecond))
 	first, _, _ := n.Run(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", "unitlease.service", "-g", "^first discovery done")
 	fmt.Fprintf(tw, "the daemon's first discovery\t%s\n", strings.TrimPrefix(strings.TrimSpace(first), "first discovery done "))
@@ -687,4 +800,12 @@ func countEvents(ctx context.Context, n *vmtests.Node, cursor string) (string, [
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
 	return strings.Join(parts, ", "), notes, counts
+}
+
+// ratio is a/b, 0 for a b of 0.
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
