@@ -145,10 +145,10 @@ type point struct {
 	// before each start, as the guard of a managed unit is
 	preStart, preStop time.Duration
 	// the machine's CPU over that start, and over the daemon's start
-	// until every unit is active (cpuCost): until a first unit was seen
+	// until every unit is active (cpuTicks): until a first unit was seen
 	// active (its discovery, the lease span), and from then on (the starts)
-	preCPU, startCPU   cpuCost
-	prepCPU, startsCPU cpuCost
+	preCPU, startCPU   cpuTicks
+	prepCPU, startsCPU cpuTicks
 	ready              time.Duration // `systemctl start unitlease.service`: until READY=1
 	held               time.Duration // from the daemon's start until every unit is active
 	rss, cpu           float64       // unscraped: median MB, % of a core
@@ -196,7 +196,7 @@ func measureSize(ctx context.Context, redisDir string, bin vmtests.Programs, ser
 		return p, fmt.Errorf("start unitlease: %v: %s", err, stderr)
 	}
 	p.ready = time.Since(start)
-	var first cpuMark
+	var first cpuTicks
 	if err := waitAllActive(ctx, n, leases, max(5*time.Minute, time.Duration(leases)*200*time.Millisecond), &first); err != nil {
 		// What the daemon said is what explains it.
 		out, _, _ := n.Run(ctx, "sh", "-c", "journalctl --no-pager -o short-monotonic -u unitlease.service -p warning | tail -n 40; "+
@@ -209,9 +209,9 @@ func measureSize(ctx context.Context, redisDir string, bin vmtests.Programs, ser
 	if err != nil {
 		return p, err
 	}
-	p.startCPU = after.since(before)
+	p.startCPU = after.minus(before)
 	if first.total != 0 {
-		p.prepCPU, p.startsCPU = first.since(before), after.since(first)
+		p.prepCPU, p.startsCPU = first.minus(before), after.minus(first)
 	}
 	// The steady state: once its STATUS= stays the same over a status
 	// period (15 watchdog checks: 10 s with WatchdogSec=2s), the daemon
@@ -233,12 +233,12 @@ const unitNames = `$(for i in $(seq -w 1 "$N"); do echo scale-$i.service; done)`
 // with one `systemctl stop`, and times both: the floor of what any
 // manager of these units can do on this machine. cost is the machine's
 // CPU over the start.
-func systemdAlone(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, cost cpuCost, err error) {
+func systemdAlone(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, cost cpuTicks, err error) {
+	before, err := markCPU(ctx, n)
+	if err != nil {
+		return 0, 0, cost, err
+	}
 	for _, op := range []string{"start", "stop"} {
-		before, err := markCPU(ctx, n)
-		if err != nil {
-			return 0, 0, cost, err
-		}
 		t := time.Now()
 		if _, stderr, err := n.Run(ctx, "env", fmt.Sprint("N=", leases), "sh", "-c", "systemctl "+op+" "+unitNames); err != nil {
 			return 0, 0, cost, fmt.Errorf("systemctl %s of the units: %v: %s", op, err, stderr)
@@ -249,7 +249,7 @@ func systemdAlone(ctx context.Context, n *vmtests.Node, leases int) (start, stop
 			if err != nil {
 				return 0, 0, cost, err
 			}
-			cost = after.since(before)
+			cost = after.minus(before)
 			if err := waitAllActive(ctx, n, leases, time.Minute, nil); err != nil {
 				return 0, 0, cost, err
 			}
@@ -268,7 +268,7 @@ const preDropIn = "/etc/systemd/system/scale-.service.d"
 // as the guard (ExecStartPre=unitlease guard) of every managed unit runs:
 // systemd forks twice for each start. The drop-in is removed again before
 // the daemon runs.
-func systemdAloneWithPre(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, cost cpuCost, err error) {
+func systemdAloneWithPre(ctx context.Context, n *vmtests.Node, leases int) (start, stop time.Duration, cost cpuTicks, err error) {
 	set := "mkdir -p " + preDropIn + " && printf '[Service]\\nExecStartPre=/bin/true\\n' > " + preDropIn + "/pre.conf && systemctl daemon-reload"
 	if _, stderr, err := n.Run(ctx, "sh", "-c", set); err != nil {
 		return 0, 0, cost, fmt.Errorf("writing the ExecStartPre= drop-in: %v: %s", err, stderr)
@@ -280,30 +280,26 @@ func systemdAloneWithPre(ctx context.Context, n *vmtests.Node, leases int) (star
 	return start, stop, cost, err
 }
 
-// cpuMark is the machine's CPU time so far, in clock ticks (USER_HZ, 100
-// a second): all its cores' busy and total time, and the node's systemd
-// (PID 1), its own and its reaped processes'. A container's /proc/stat
-// is the machine's.
-type cpuMark struct {
+// cpuTicks is the machine's CPU time in clock ticks (USER_HZ, 100 a
+// second): all its cores' busy and total time, and the node's systemd
+// (PID 1), its own and its reaped processes'. markCPU reads the counters
+// so far; minus gives what they did between two reads. A container's
+// /proc/stat is the machine's.
+type cpuTicks struct {
 	busy, total, pid1, reaped int64
 }
 
-// cpuCost is what the machine's CPU did between two marks.
-type cpuCost struct {
-	busy, total, pid1, reaped int64
-}
-
-func (a cpuMark) since(b cpuMark) cpuCost {
-	return cpuCost{busy: a.busy - b.busy, total: a.total - b.total, pid1: a.pid1 - b.pid1, reaped: a.reaped - b.reaped}
+func (a cpuTicks) minus(b cpuTicks) cpuTicks {
+	return cpuTicks{busy: a.busy - b.busy, total: a.total - b.total, pid1: a.pid1 - b.pid1, reaped: a.reaped - b.reaped}
 }
 
 // markCPU reads the node's machine-wide CPU counters and its PID 1's.
-func markCPU(ctx context.Context, n *vmtests.Node) (cpuMark, error) {
+func markCPU(ctx context.Context, n *vmtests.Node) (cpuTicks, error) {
 	out, _, err := n.Run(ctx, "sh", "-c", "head -n 1 /proc/stat; cut -d' ' -f14-17 /proc/1/stat")
 	if err != nil {
-		return cpuMark{}, fmt.Errorf("reading the CPU counters: %v", err)
+		return cpuTicks{}, fmt.Errorf("reading the CPU counters: %v", err)
 	}
-	var m cpuMark
+	var m cpuTicks
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "cpu ") {
 		return m, fmt.Errorf("reading the CPU counters: %q", out)
@@ -333,16 +329,19 @@ func markCPU(ctx context.Context, n *vmtests.Node) (cpuMark, error) {
 // perUnit is c's CPU time spread over units: the machine's busy time,
 // systemd's and its reaped processes', in milliseconds per unit, and how
 // busy the machine's cores were on average.
-func (c cpuCost) perUnit(units int) string {
-	ms := func(ticks int64) float64 { return float64(ticks) * 10 / float64(units) }
-	return fmt.Sprintf("%.1f CPU-ms per unit, the cores %.0f%% busy (systemd %.1f ms, the processes it reaped %.1f ms)", ms(c.busy), c.busyShare(), ms(c.pid1), ms(c.reaped))
+func (c cpuTicks) perUnit(units int) string {
+	return fmt.Sprintf("%.1f CPU-ms per unit, the cores %.0f%% busy (systemd %.1f ms, the processes it reaped %.1f ms)",
+		msPer(c.busy, units), c.busyShare(), msPer(c.pid1, units), msPer(c.reaped, units))
 }
 
 // msPerUnit is the machine's busy time over c, in milliseconds per unit.
-func (c cpuCost) msPerUnit(units int) float64 { return float64(c.busy) * 10 / float64(units) }
+func (c cpuTicks) msPerUnit(units int) float64 { return msPer(c.busy, units) }
+
+// msPer is ticks (USER_HZ: 10 ms each) in milliseconds per unit.
+func msPer(ticks int64, units int) float64 { return float64(ticks) * 10 / float64(units) }
 
 // busyShare is how busy the machine's cores were over c, in percent.
-func (c cpuCost) busyShare() float64 {
+func (c cpuTicks) busyShare() float64 {
 	if c.total == 0 {
 		return 0
 	}
@@ -442,7 +441,7 @@ func install(ctx context.Context, n *vmtests.Node, bin vmtests.Programs, service
 // left zero if no poll read them before every unit was active). The
 // polls, a `systemctl list-units` once a second, count in the CPU of
 // the daemon's start.
-func waitAllActive(ctx context.Context, n *vmtests.Node, leases int, limit time.Duration, first *cpuMark) error {
+func waitAllActive(ctx context.Context, n *vmtests.Node, leases int, limit time.Duration, first *cpuTicks) error {
 	deadline := time.Now().Add(limit)
 	for {
 		out, _, _ := n.Run(ctx, "sh", "-c", "systemctl list-units --state=active --no-legend 'scale-*.service' | wc -l")
